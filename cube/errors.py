@@ -1,0 +1,29 @@
+"""The one exception module.
+
+Every error a user can cause by bad input is a ``CubeError``: the CLI prints its message as a
+single line and exits non-zero, so messages must name the bad value (file, row, column, spec).
+"""
+
+
+class CubeError(Exception):
+    """Base class: a user-facing error with a one-line message."""
+
+
+class ConfigError(CubeError):
+    """A config file, label set, template or CLI value is malformed."""
+
+
+class SourceError(CubeError):
+    """A tokenizer or model source cannot be resolved, fetched or parsed."""
+
+
+class ChecksumError(SourceError):
+    """A fetched or cached file does not match the sha256 pinned for it."""
+
+
+class PredictionMismatch(CubeError):
+    """A frozen audit prediction differs from what the tokenizers give now."""
+
+
+class ItemsError(CubeError):
+    """A benchmark file (CSV, subject map) is missing or has a malformed row."""

@@ -1,0 +1,440 @@
+"""The paper's statistics: small pure functions over numpy arrays.
+
+Every claim the paper makes about a protocol (an accuracy, a difference between two protocols,
+a calibration figure, a change of model ranking) goes through one of these functions, so each is
+short enough to check by hand and each is tested against an independent computation (scipy, a
+naive loop, or a closed form).
+
+Conventions shared by all functions:
+
+* ``correct`` arrays are per-item outcomes, bool (or 0/1) with one entry per item.
+* Paired functions take two arrays over the *same items in the same order*; it is the caller's
+  job (the records store) to align them by ``uid``.
+* Randomised functions take an explicit ``seed`` and give the same answer for the same seed.
+* Bad input raises :class:`cube.errors.CubeError` with a one-line message naming the argument.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.special import bdtr
+from tqdm import tqdm
+
+from cube.errors import CubeError
+
+# --------------------------------------------------------------------------------------------
+# Input checks
+# --------------------------------------------------------------------------------------------
+
+
+def _as_outcomes(name: str, values: ArrayLike, ndim: int = 1) -> NDArray[np.bool_]:
+    """Accept bool or 0/1 arrays: records store outcomes as bool, notebooks often as ints."""
+    arr = np.asarray(values)
+    if arr.ndim != ndim:
+        raise CubeError(
+            f"{name} must be a {ndim}-D array of per-item outcomes, got shape {arr.shape}"
+        )
+    if arr.size == 0:
+        raise CubeError(f"{name} is empty; at least one item is needed")
+    if arr.dtype == np.bool_:
+        return arr
+    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise CubeError(f"{name} must be bool or 0/1, got dtype {arr.dtype}")
+    bad = ~((arr == 0) | (arr == 1))
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise CubeError(f"{name} must be bool or 0/1; entry {where} is {arr[where].item()!r}")
+    return arr.astype(bool)
+
+
+def _check_level(level: float) -> None:
+    if not 0.0 < level < 1.0:
+        raise CubeError(f"confidence level must lie strictly between 0 and 1, got {level!r}")
+
+
+def _check_paired(a: NDArray, b: NDArray) -> None:
+    if a.shape != b.shape:
+        raise CubeError(
+            f"paired outcomes must cover the same items: correct_a has {a.shape[0]} items, "
+            f"correct_b has {b.shape[0]}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Accuracy with an interval
+# --------------------------------------------------------------------------------------------
+
+
+def wilson_interval(
+    successes: ArrayLike, trials: ArrayLike, level: float = 0.95
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Wilson score interval for a binomial proportion, vectorised over subjects or slices.
+
+    Wilson rather than the normal (Wald) interval because per-subject accuracies sit near 0 or 1
+    on small subjects, where Wald collapses to zero width or leaves [0, 1]; Wilson does neither.
+    Array-valued so that rescoring can get every subject's interval in one call.
+    """
+    _check_level(level)
+    k = np.asarray(successes, dtype=np.float64)
+    n = np.asarray(trials, dtype=np.float64)
+    if np.any(n <= 0) or np.any(k < 0) or np.any(k > n):
+        raise CubeError("wilson_interval needs 0 <= successes <= trials and trials > 0")
+    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+    p = k / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2.0 * n)) / denom
+    half = z * np.sqrt(p * (1.0 - p) / n + z * z / (4.0 * n * n)) / denom
+    return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+
+
+def accuracy_ci(correct: ArrayLike, level: float = 0.95) -> tuple[float, float, float]:
+    """Accuracy and its Wilson score interval: every accuracy the paper reports carries one."""
+    outcomes = _as_outcomes("correct", correct)
+    k, n = int(outcomes.sum()), outcomes.size
+    lo, hi = wilson_interval(k, n, level)
+    return k / n, float(lo), float(hi)
+
+
+# --------------------------------------------------------------------------------------------
+# Two protocols on the same items
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class McNemarResult:
+    """Discordant counts and the two-sided p-value.
+
+    ``b``: items protocol A gets right and protocol B gets wrong; ``c``: the reverse.
+    ``statistic`` is ``b / (b + c)`` (NaN when there are no discordant pairs), the observed
+    share of discordant pairs won by A, which is 0.5 under the null hypothesis.
+    """
+
+    b: int
+    c: int
+    statistic: float
+    p_value: float
+    mid_p: bool
+
+
+def mcnemar_exact(correct_a: ArrayLike, correct_b: ArrayLike, mid_p: bool = False) -> McNemarResult:
+    """Exact McNemar test: do two protocols differ in accuracy on the same items?
+
+    Only discordant items carry information about the difference, and under the null each is
+    equally likely to favour either protocol, so ``b ~ Binomial(b + c, 1/2)``. The two-sided
+    p-value is ``min(1, 2 * P(X <= min(b, c)))``, which for p = 1/2 equals scipy's
+    ``binomtest(b, b + c, 0.5).pvalue``. With no discordant pairs there is no evidence: p = 1.
+
+    ``mid_p=True`` gives the mid-p variant ``P(X <= m) + P(X <= m - 1)`` (half the weight of the
+    observed outcome), which is less conservative; it is opt-in because the paper's headline
+    tests use the exact p-value.
+    """
+    a = _as_outcomes("correct_a", correct_a)
+    b_arr = _as_outcomes("correct_b", correct_b)
+    _check_paired(a, b_arr)
+    b = int(np.count_nonzero(a & ~b_arr))
+    c = int(np.count_nonzero(~a & b_arr))
+    n = b + c
+    if n == 0:
+        return McNemarResult(b, c, math.nan, 1.0, mid_p)
+    m = min(b, c)
+    tail = float(bdtr(m, n, 0.5))
+    if mid_p:
+        below = float(bdtr(m - 1, n, 0.5)) if m > 0 else 0.0
+        p = tail + below
+    else:
+        p = 2.0 * tail
+    return McNemarResult(b, c, b / n, min(1.0, p), mid_p)
+
+
+def paired_bootstrap_ci(
+    correct_a: ArrayLike,
+    correct_b: ArrayLike,
+    B: int = 10_000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Accuracy difference ``acc(A) - acc(B)`` with a paired percentile-bootstrap interval.
+
+    Paired because both protocols answer the same items: resampling items (not the two
+    protocols independently) keeps the item-difficulty correlation that makes the difference
+    far more precise than either accuracy.
+
+    Resampling N item indices and summing ``d_i = a_i - b_i`` only depends on how many drawn
+    items have ``d = +1`` and how many ``d = -1``; those counts are exactly
+    ``Multinomial(N, (n_plus/N, n_minus/N, n_zero/N))``. Drawing them directly gives the same
+    bootstrap distribution as index resampling at O(B) cost instead of O(B * N).
+    """
+    _check_level(level)
+    if B < 1:
+        raise CubeError(f"number of bootstrap replicates B must be >= 1, got {B!r}")
+    a = _as_outcomes("correct_a", correct_a)
+    b = _as_outcomes("correct_b", correct_b)
+    _check_paired(a, b)
+    n = a.size
+    n_plus = int(np.count_nonzero(a & ~b))
+    n_minus = int(np.count_nonzero(~a & b))
+    shares = np.array([n_plus, n_minus, n - n_plus - n_minus], dtype=np.float64) / n
+    rng = np.random.default_rng(seed)
+    draws = rng.multinomial(n, shares, size=B)
+    deltas = (draws[:, 0] - draws[:, 1]) / n
+    alpha = 1.0 - level
+    lo, hi = np.quantile(deltas, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return (n_plus - n_minus) / n, float(lo), float(hi)
+
+
+# --------------------------------------------------------------------------------------------
+# Calibration
+# --------------------------------------------------------------------------------------------
+
+Binning = Literal["width", "mass"]
+
+
+def _confidence_and_hits(probs: ArrayLike, labels: ArrayLike) -> tuple[NDArray, NDArray]:
+    """Top-option probability and whether the top option is gold.
+
+    Argmax ties go to the first option (numpy's rule), the same tie-break the harness's argmax
+    scorer uses, so the calibration figure describes the predictions actually scored.
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    y = np.asarray(labels)
+    if p.ndim != 2 or p.shape[0] == 0 or p.shape[1] < 2:
+        raise CubeError(f"probs must be an (items, options) array with >= 2 options, got {p.shape}")
+    if y.shape != (p.shape[0],):
+        raise CubeError(
+            f"labels must have one gold index per item ({p.shape[0]}), got shape {y.shape}"
+        )
+    if not np.issubdtype(y.dtype, np.integer):
+        raise CubeError(f"labels must be integer option indices, got dtype {y.dtype}")
+    bad_label = (y < 0) | (y >= p.shape[1])
+    if bad_label.any():
+        i = int(np.argmax(bad_label))
+        raise CubeError(f"labels row {i}: gold index {int(y[i])} is outside 0..{p.shape[1] - 1}")
+    bad_prob = ~np.isfinite(p) | (p < 0.0) | (p > 1.0)
+    if bad_prob.any():
+        i, j = (int(x) for x in np.argwhere(bad_prob)[0])
+        raise CubeError(
+            f"probs row {i}, option {j}: {p[i, j].item()!r} is not a probability in [0, 1]"
+        )
+    off = np.abs(p.sum(axis=1) - 1.0) > 1e-4
+    if off.any():
+        i = int(np.argmax(off))
+        raise CubeError(
+            f"probs row {i} sums to {p[i].sum():.6g}, not 1; renormalise over the options"
+        )
+    pred = p.argmax(axis=1)
+    return p[np.arange(p.shape[0]), pred], pred == y
+
+
+def _bin_index(conf: NDArray, n_bins: int, binning: Binning) -> NDArray[np.intp]:
+    """Bin of each item.
+
+    ``width``: edges ``np.linspace(0, 1, n_bins + 1)``; bins are right-closed ``(lo, hi]`` except
+    the first, ``[0, hi]``, so confidence 1.0 lands in the last bin and 0.0 in the first.
+
+    ``mass``: items sorted by confidence (stable, so ties keep item order) and cut into
+    ``n_bins`` runs whose sizes differ by at most one (``np.array_split``'s rule, larger runs
+    first). Equal counts are the point of equal-mass binning, so tied confidences may straddle
+    a boundary rather than making bins unequal.
+    """
+    if not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
+        raise CubeError(f"n_bins must be a positive integer, got {n_bins!r}")
+    if binning == "width":
+        inner_edges = np.linspace(0.0, 1.0, n_bins + 1)[1:-1]
+        return np.searchsorted(inner_edges, conf, side="left")
+    if binning == "mass":
+        n = conf.size
+        order = np.argsort(conf, kind="stable")
+        sizes = np.full(n_bins, n // n_bins)
+        sizes[: n % n_bins] += 1
+        bins = np.empty(n, dtype=np.intp)
+        bins[order] = np.repeat(np.arange(n_bins), sizes)
+        return bins
+    raise CubeError(f"binning must be 'width' or 'mass', got {binning!r}")
+
+
+def reliability_table(
+    probs: ArrayLike, labels: ArrayLike, n_bins: int = 10, binning: Binning = "width"
+) -> dict[str, NDArray]:
+    """Per-bin counts, accuracy and mean confidence: the data of a reliability diagram.
+
+    A dict of equal-length numpy arrays (one entry per bin, empty bins included) rather than a
+    data frame, so the statistics need no pandas. ``bin_lo``/``bin_hi`` are the fixed edges for
+    ``width`` bins and the smallest/largest confidence in the bin for ``mass`` bins. Empty bins
+    have ``count`` 0 and NaN accuracy, confidence and (for ``mass``) edges.
+    """
+    conf, hit = _confidence_and_hits(probs, labels)
+    bins = _bin_index(conf, n_bins, binning)
+    count = np.bincount(bins, minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        accuracy = np.bincount(bins, weights=hit.astype(np.float64), minlength=n_bins) / count
+        confidence = np.bincount(bins, weights=conf, minlength=n_bins) / count
+    if binning == "width":
+        edges = np.linspace(0.0, 1.0, n_bins + 1)
+        bin_lo, bin_hi = edges[:-1].copy(), edges[1:].copy()
+    else:
+        bin_lo = np.full(n_bins, np.nan)
+        bin_hi = np.full(n_bins, np.nan)
+        filled = count > 0
+        bin_lo[filled] = [conf[bins == m].min() for m in np.flatnonzero(filled)]
+        bin_hi[filled] = [conf[bins == m].max() for m in np.flatnonzero(filled)]
+    return {
+        "bin_lo": bin_lo,
+        "bin_hi": bin_hi,
+        "count": count,
+        "accuracy": accuracy,
+        "confidence": confidence,
+    }
+
+
+def expected_calibration_error(
+    probs: ArrayLike, labels: ArrayLike, n_bins: int = 10, binning: Binning = "width"
+) -> float:
+    """ECE = sum over bins of ``|B_m| / N * |acc(B_m) - conf(B_m)|`` on the top option.
+
+    It answers whether the option distribution a protocol induces can be read as a probability
+    of being right; computed from the same bins as :func:`reliability_table` so that the plot
+    and the number cannot disagree.
+    """
+    table = reliability_table(probs, labels, n_bins, binning)
+    count = table["count"]
+    filled = count > 0
+    gaps = np.abs(table["accuracy"][filled] - table["confidence"][filled])
+    return float(np.sum(count[filled] * gaps) / count.sum())
+
+
+# --------------------------------------------------------------------------------------------
+# Rankings
+# --------------------------------------------------------------------------------------------
+
+
+def average_ranks(scores: ArrayLike) -> NDArray[np.float64]:
+    """Rank models by score along the last axis: rank 1 = highest score; ties share their mean.
+
+    Average ranks (scipy's ``rankdata(-scores, method='average')``) keep the footrule
+    symmetric in tied models, so two models with equal accuracy never move the statistic just
+    because of their order in the input. Works on a batch ``(..., n_models)`` so the noise
+    floor can rank thousands of bootstrap replicates at once. Ties are exact equality: pass
+    integer hit counts (not rounded accuracies) when ties matter.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim == 0 or s.shape[-1] == 0:
+        raise CubeError(f"scores must have at least one model along the last axis, got {s.shape}")
+    if np.isnan(s).any():
+        raise CubeError("scores contain NaN; a model without a score cannot be ranked")
+    n = s.shape[-1]
+    order = np.argsort(-s, axis=-1, kind="stable")
+    ranked = np.take_along_axis(s, order, axis=-1)
+    pos = np.broadcast_to(np.arange(n), ranked.shape)
+    starts_run = np.ones(ranked.shape, dtype=bool)
+    starts_run[..., 1:] = ranked[..., 1:] != ranked[..., :-1]
+    ends_run = np.ones(ranked.shape, dtype=bool)
+    ends_run[..., :-1] = starts_run[..., 1:]
+    run_start = np.maximum.accumulate(np.where(starts_run, pos, 0), axis=-1)
+    run_end = np.flip(
+        np.minimum.accumulate(np.flip(np.where(ends_run, pos, n - 1), axis=-1), axis=-1), axis=-1
+    )
+    ranks = np.empty_like(ranked)
+    np.put_along_axis(ranks, order, (run_start + run_end) / 2.0 + 1.0, axis=-1)
+    return ranks
+
+
+def _footrule_max(n: int) -> int:
+    """Largest ``sum |ra - rb|`` over two permutations of 1..n (reached by reversal)."""
+    return (n * n) // 2
+
+
+def footrule(rank_a: ArrayLike, rank_b: ArrayLike) -> float:
+    """Normalised Spearman footrule: ``sum |rank_a - rank_b| / floor(n^2 / 2)``, in [0, 1].
+
+    The paper's measure of how much a protocol change reorders the leaderboard: 0 when the
+    ranking is unchanged, 1 when it is reversed. The footrule (not Kendall's tau) because its
+    unit is "rank positions moved", which reads directly off a leaderboard. Average ranks for
+    ties stay within [0, 1]: they are means of permutations' ranks and the sum is convex.
+    """
+    a = np.asarray(rank_a, dtype=np.float64)
+    b = np.asarray(rank_b, dtype=np.float64)
+    if a.ndim != 1 or a.shape != b.shape:
+        raise CubeError(
+            f"rankings must be 1-D over the same models, got shapes {a.shape} and {b.shape}"
+        )
+    if a.size < 2:
+        raise CubeError(f"a footrule needs at least 2 models, got {a.size}")
+    return float(np.abs(a - b).sum() / _footrule_max(a.size))
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """How much the ranking moves from item sampling alone: mean, 95th percentile, all samples."""
+
+    mean: float
+    p95: float
+    samples: NDArray[np.float64]
+
+
+def footrule_noise_floor(
+    correct: ArrayLike,
+    B: int = 1000,
+    seed: int = 0,
+    chunk: int = 64,
+    progress: bool = False,
+) -> NoiseFloor:
+    """Footrule between rankings on two independent bootstrap resamples of the items, B times.
+
+    A between-protocol footrule only means something relative to how much the ranking moves
+    when nothing but the item sample changes; this is that baseline, under one protocol.
+
+    ``correct`` is ``(models, items)``. Replicate ``r`` draws its two resamples as two rows of
+    ``rng.integers(0, N, size=(2 * chunk, N))`` (resample A first); numpy's stream makes this
+    identical to drawing ``integers(0, N, N)`` twice per replicate in order, so ``chunk`` changes
+    memory use (about ``2 * chunk * N * 8`` bytes), never the result. Per-model hits are
+    ``counts @ correct.T`` in float64, exact integers, so tied models tie exactly.
+    """
+    c = _as_outcomes("correct", correct, ndim=2)
+    n_models, n_items = c.shape
+    if n_models < 2:
+        raise CubeError(f"the noise floor needs at least 2 models, got {n_models}")
+    if B < 1:
+        raise CubeError(f"number of bootstrap replicates B must be >= 1, got {B!r}")
+    if chunk < 1:
+        raise CubeError(f"chunk must be >= 1, got {chunk!r}")
+    rng = np.random.default_rng(seed)
+    per_item = c.T.astype(np.float64)  # (items, models)
+    scale = _footrule_max(n_models)
+    samples = np.empty(B, dtype=np.float64)
+    with tqdm(total=B, desc="noise floor", unit="rep", disable=not progress) as bar:
+        for start in range(0, B, chunk):
+            reps = min(chunk, B - start)
+            idx = rng.integers(0, n_items, size=(2 * reps, n_items))
+            idx += (np.arange(2 * reps) * n_items)[:, None]
+            counts = np.bincount(idx.ravel(), minlength=2 * reps * n_items)
+            hits = counts.reshape(2 * reps, n_items).astype(np.float64) @ per_item
+            ranks = average_ranks(hits)
+            moved = np.abs(ranks[0::2] - ranks[1::2]).sum(axis=1)
+            samples[start : start + reps] = moved / scale
+            bar.update(reps)
+    return NoiseFloor(float(samples.mean()), float(np.quantile(samples, 0.95)), samples)
+
+
+def footrule_multiple(observed: float, floor: NoiseFloor) -> tuple[float, float]:
+    """The headline: the observed between-protocol footrule in units of the noise floor.
+
+    Returned as multiples of the floor's mean and of its 95th percentile; a multiple above 1 of
+    the p95 says the protocol moved the ranking more than 95% of resampling noise does. A zero
+    floor gives ``inf`` for a positive observation and NaN for a zero one (no scale to measure
+    by).
+    """
+    if not (0.0 <= observed <= 1.0):
+        raise CubeError(f"observed footrule must lie in [0, 1], got {observed!r}")
+
+    def ratio(base: float) -> float:
+        if base > 0.0:
+            return observed / base
+        return math.inf if observed > 0.0 else math.nan
+
+    return ratio(floor.mean), ratio(floor.p95)

@@ -1,0 +1,92 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cube.cli import main
+from cube.config import REPO_ROOT
+from tests.synthetic import char_bpe
+
+FROZEN = REPO_ROOT / "data" / "predictions" / "audit_frozen.json"
+
+
+def run_cli(*argv):
+    return subprocess.run([sys.executable, "-m", "cube", *argv], capture_output=True, text=True, cwd=REPO_ROOT)
+
+
+def test_human_table_has_one_line_per_family_and_the_default_block_first(capsys):
+    assert main(["audit", "--families", "qwen3,gemma3", "--brief"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "== context: zh_cue"
+    assert out[1] == ("qwen3 {'L1_halfwidth': 'max1tok', 'L2_fullwidth': 'max1tok', "
+                      "'L3_ganzhi': 'max1tok', 'L4_circled': 'DEGEN'}")
+    assert out[2].startswith("gemma3 {'L1_halfwidth': 'max1tok'")
+
+
+def test_families_without_a_source_are_skipped_on_stderr(capsys):
+    assert main(["audit", "--families", "glm4,qwen3", "--contexts", "zh_cue", "--brief"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("[skip] glm4: ")
+    assert "qwen3 {" in captured.out and "glm4 {" not in captured.out
+
+
+def test_json_output_carries_every_label_token(capsys):
+    assert main(["audit", "--families", "qwen3", "--contexts", "zh_cue", "--label-set", "roman=Ⅰ,Ⅱ,Ⅲ,Ⅳ", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    roman = [c for c in doc["cells"] if c["label_set"] == "roman"]
+    assert len(roman) == 1 and [lt["label"] for lt in roman[0]["labels"]] == ["Ⅰ", "Ⅱ", "Ⅲ", "Ⅳ"]
+    assert all(lt["ids"] and len(lt["ids"]) == len(lt["tokens"]) for c in doc["cells"] for lt in c["labels"])
+
+
+def test_own_tokenizer_file(tmp_path, capsys):
+    path = tmp_path / "tokenizer.json"
+    char_bpe(["X", "A", "B"]).save(str(path))
+    assert main(["audit", "--tokenizer", f"mine={path}", "--label-set", "xs=XA,XB",
+                 "--label-sets", "L1_halfwidth", "--contexts", "zh_cue", "--brief"]) == 0
+    assert "mine {'L1_halfwidth': " in capsys.readouterr().out
+
+
+def test_freeze_then_check_and_a_changed_prediction_fails(tmp_path, capsys):
+    frozen = tmp_path / "p.json"
+    assert main(["audit", "--families", "qwen3", "--contexts", "zh_cue", "--freeze", str(frozen)]) == 0
+    assert main(["audit", "--check", str(frozen)]) == 0
+    doc = json.loads(frozen.read_text())
+    doc["sources"]["qwen3"]["sha256"] = "0" * 64
+    from cube.audit import canonical_sha256
+    doc["content_sha256"] = canonical_sha256({k: v for k, v in doc.items() if k != "content_sha256"})
+    frozen.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["audit", "--check", str(frozen)]) == 2
+    err = capsys.readouterr().err
+    assert "MISMATCH source of qwen3" in err and err.strip().splitlines()[-1].startswith("cube: error: 1 difference")
+
+
+def test_committed_prediction_still_holds():
+    assert FROZEN.exists()
+    assert main(["audit", "--check", str(FROZEN)]) == 0
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--label-set", "bad=A,A"], "duplicate label 'A'"),
+    (["--label-set", "bad=A,Ａ"], "differ only under Unicode normalisation"),
+    (["--label-set", "one=A"], "at least 2"),
+    (["--tokenizer", "mine=/nonexistent/tok.json"], "unknown source '/nonexistent/tok.json'"),
+    (["--families", "nope"], "unknown family 'nope'"),
+    (["--contexts", "nope"], "unknown answer context 'nope'"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, needle):
+    proc = run_cli("audit", "--brief", *argv)
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("cube: error: ") and needle in last
+    assert "Traceback" not in proc.stderr
+
+
+def test_audit_runs_without_torch():
+    # The audit extra has no torch: block it and run the whole command.
+    code = ("import sys; sys.modules['torch'] = None; from cube.cli import main; "
+            "raise SystemExit(main(['audit', '--families', 'qwen3', '--contexts', 'zh_cue', '--brief']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "qwen3 {" in proc.stdout
