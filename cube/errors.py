@@ -27,3 +27,7 @@ class PredictionMismatch(CubeError):
 
 class ItemsError(CubeError):
     """A benchmark file (CSV, subject map) is missing or has a malformed row."""
+
+
+class RecordsError(CubeError):
+    """A records store (Parquet shards + MANIFEST.json) is missing, corrupt or malformed."""

@@ -1,0 +1,156 @@
+"""``cube release audit``: real CMMLU items, small Parquet records written here, exit codes and the
+printed report (which must never contain the leaked text).
+
+PYTEST_DONT_REWRITE: introspection would print compared values, i.e. benchmark text, into logs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cube.cli import main
+from cube.config import REPO_ROOT
+from cube.items import load_cmmlu
+from cube.leakage import normalize_for_match
+
+
+@pytest.fixture(scope="module")
+def cmmlu_root(benchmarks_root):
+    return benchmarks_root / "cmmlu"
+
+
+@pytest.fixture(scope="module")
+def leaks(cmmlu_root):
+    """A 30-character question span in full-width with line breaks, and a long option of another item."""
+    items = load_cmmlu(cmmlu_root, splits=("dev", "test"))
+    quoted = next(i for i in items if len(normalize_for_match(i.question)[0]) >= 40)
+    norm, source = normalize_for_match(quoted.question)
+    span = quoted.question[source[5] : source[34] + 1]
+    disguised = "\n".join(
+        "".join(chr(ord(c) + 0xFEE0) if 0x21 <= ord(c) <= 0x7E else c for c in span[k : k + 7])
+        for k in range(0, len(span), 7)
+    )
+    option = next(
+        o.strip() for i in items[len(items) // 2 :] for o in i.options
+        if 8 <= len(normalize_for_match(o)[0]) < 20
+    )
+    return disguised, option
+
+
+def write_records(path, generations, notes):
+    n = len(generations)
+    table = pa.table({
+        "uid": [f"cmmlu/own/test/{k}" for k in range(n)],
+        "model": ["tiny-model"] * n,
+        "generation": generations,
+        "note": pa.array(notes, type=pa.large_string()),
+        "score": [0.5] * n,
+    })
+    pq.write_table(table, path)
+
+
+def run(capsys, *argv):
+    code = main(["release", "audit", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_audit_reports_each_leak_by_row_uid_field_and_offset(tmp_path, capsys, cmmlu_root, leaks):
+    question_leak, option_leak = leaks
+    prefix = "模型输出：|"
+    generations = ["答案是B", prefix + question_leak, "这是一个普通的回答。", None]
+    notes = ["", "无", "备注|" + option_leak, "以上都对"]
+    records = tmp_path / "records.parquet"
+    write_records(records, generations, notes)
+
+    code, out, _ = run(capsys, records, "--items", cmmlu_root)
+    assert code == 1, code
+    leak_lines = [line for line in out.splitlines() if line.startswith("LEAK ")]
+    assert len(leak_lines) == 2, leak_lines
+    first_kept = int(normalize_for_match(question_leak)[1][0])
+    assert leak_lines[0].startswith(f"LEAK {records}:1 uid=cmmlu/own/test/1 field=generation "
+                                    f"offset={len(prefix) + first_kept} "), leak_lines[0]
+    assert "kind=question item=cmmlu/" in leak_lines[0], leak_lines[0]
+    option_offset = len("备注|") + int(normalize_for_match(option_leak)[1][0])
+    assert leak_lines[1].startswith(
+        f"LEAK {records}:2 uid=cmmlu/own/test/2 field=note offset={option_offset} "), leak_lines[1]
+    assert "kind=option" in leak_lines[1], leak_lines[1]
+    summary = out.splitlines()[-1]
+    assert summary.startswith("leakage audit FAIL: 2 hit(s) in 4 records (8 text fields"), summary
+    assert "window 20" in summary and "min option chars 4" in summary, summary
+
+
+def test_the_report_never_contains_the_leaked_text(tmp_path, capsys, cmmlu_root, leaks):
+    question_leak, option_leak = leaks
+    records = tmp_path / "records.parquet"
+    write_records(records, [question_leak, option_leak], [option_leak, question_leak])
+    code, out, err = run(capsys, records, "--items", cmmlu_root)
+    assert code == 1, code
+    report, _ = normalize_for_match(out + err)
+    for leak in leaks:
+        norm, _ = normalize_for_match(leak)
+        pieces = [norm[k : k + 6] for k in range(0, len(norm) - 5, 3)]
+        leaked = [k for k, piece in enumerate(pieces) if piece in report]
+        assert not leaked, f"report contains pieces {leaked} of a leak"
+
+
+def test_clean_records_in_a_folder_exit_zero(tmp_path, capsys, cmmlu_root):
+    folder = tmp_path / "records"
+    (folder / "part").mkdir(parents=True)
+    write_records(folder / "a.parquet", ["甲方回答：选C。"] * 3, ["无"] * 3)
+    write_records(folder / "part" / "b.parquet", ["我不确定。"], [None])
+    code, out, _ = run(capsys, folder, "--items", cmmlu_root, "--min-option-chars", "5")
+    assert code == 0, out
+    assert out.startswith("leakage audit clean: 0 hit(s) in 4 records (8 text fields, 2 file(s))"), out
+    assert "min option chars 5" in out, out
+
+
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (lambda p: None, "records not found"),
+        (lambda p: p.mkdir(), "no *.parquet files"),
+        (lambda p: p.write_bytes(b"not parquet"), "cannot read Parquet file"),
+        (lambda p: pq.write_table(pa.table({"id": ["x"], "text": ["y"]}), p), "has no 'uid' column"),
+        (lambda p: pq.write_table(pa.table({"uid": ["x"], "texts": [["y", "z"]]}), p), "column 'texts'"),
+    ],
+)
+def test_bad_records_are_one_line_errors_with_exit_2(tmp_path, capsys, setup, message):
+    path = tmp_path / "records.parquet"
+    setup(path)
+    code, out, err = run(capsys, path)
+    assert code == 2, code
+    assert err.startswith("cube: error: ") and message in err and str(path) in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_bad_threshold_is_an_error(tmp_path, capsys):
+    path = tmp_path / "records.parquet"
+    write_records(path, ["x"], ["y"])
+    code, _, err = run(capsys, path, "--window", "0")
+    assert code == 2 and "--window must be at least 1, got 0" in err, err
+
+
+def test_python_dash_m_cube_runs_the_audit(tmp_path, cmmlu_root):
+    path = tmp_path / "records.parquet"
+    write_records(path, ["普通的回答"], ["无"])
+    done = subprocess.run(
+        [sys.executable, "-m", "cube", "release", "audit", str(path), "--items", str(cmmlu_root)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "leakage audit clean: 0 hit(s) in 1 records" in done.stdout, done.stdout
+
+
+def test_cli_defaults_are_the_library_defaults():
+    from cube import leakage
+    from cube.cli import build_parser
+
+    args = build_parser().parse_args(["release", "audit", "records.parquet"])
+    assert (args.window, args.min_option_chars, args.min_question_chars, args.stock_items) == (
+        leakage.WINDOW, leakage.MIN_OPTION_CHARS, leakage.MIN_QUESTION_CHARS, leakage.STOCK_ITEMS)

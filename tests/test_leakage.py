@@ -1,0 +1,443 @@
+"""The normal form, the scrub and the leakage audit, on real CMMLU text read at test time.
+
+Spans and options are picked programmatically from ``../shared/benchmarks/cmmlu``; no benchmark
+text is written into the repository. Every planted leak is checked for the record, the kind and
+the character offset into the ORIGINAL (disguised) text.
+
+PYTEST_DONT_REWRITE: pytest's assertion introspection would print the compared values, i.e.
+benchmark text, into test logs. Assertions here carry their own messages, built from hits, offsets
+and counts only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import unicodedata
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from cube import leakage
+from cube.items import load_cmmlu
+from cube.leakage import (
+    MARKER,
+    ItemText,
+    audit_records,
+    audit_texts,
+    build_index,
+    normalize_for_match,
+    scrub,
+)
+
+
+@pytest.fixture(scope="module")
+def items(benchmarks_root):
+    return load_cmmlu(benchmarks_root / "cmmlu", splits=("dev", "test"))
+
+
+@pytest.fixture(scope="module")
+def index(items):
+    return build_index(items)
+
+
+@pytest.fixture(scope="module")
+def by_uid(items):
+    return {item.uid: item for item in items}
+
+
+@pytest.fixture(scope="module")
+def sep(index):
+    """A kept symbol that no question or option contains: planted text cannot merge across it."""
+    for char in "|~^¤§":
+        if all(char not in q for q in index.question_normal) and all(
+            char not in p for p in index.phrase_normal
+        ):
+            return char
+    pytest.fail("no separator symbol free of benchmark text")
+
+
+def normal(text: str) -> str:
+    return normalize_for_match(text)[0]
+
+
+# --- disguises -----------------------------------------------------------------------------------
+
+
+def full_width(text: str) -> str:
+    return "".join(
+        chr(ord(c) + 0xFEE0) if 0x21 <= ord(c) <= 0x7E else "\u3000" if c == " " else c for c in text
+    )
+
+
+SWAP = {"，": ",", ",": "，", "。": ".", "：": ":", ":": "：", "；": ";", ";": "；", "？": "?",
+        "?": "？", "！": "!", "（": "(", "）": ")", "(": "（", ")": "）", "、": ",", "“": '"',
+        "”": '"', '"': "“"}
+
+
+def swap_punctuation(text: str) -> str:
+    return "".join(SWAP.get(c, c) for c in text)
+
+
+def insert_breaks(text: str) -> str:
+    """Spaces, line breaks, tabs, an ideographic space and a zero-width space inside the text."""
+    gaps = [" ", "\n", "\r\n", "\t", "\u3000", "\u200b"]
+    out = []
+    for k, char in enumerate(text):
+        out.append(char)
+        if k < len(text) - 1 and k % 3 == 2:
+            out.append(gaps[(k // 3) % len(gaps)])
+    return "".join(out)
+
+
+def collapse_whitespace(text: str) -> str:
+    return "".join(c for c in text if not c.isspace())
+
+
+def every_disguise(text: str) -> str:
+    return insert_breaks(swap_punctuation(full_width(text)))
+
+
+# --- picking real text ---------------------------------------------------------------------------
+
+
+def question_spans(items, size: int):
+    """(item, original text of a span of ``size`` normalised characters) over every question."""
+    for item in items:
+        norm, source = normalize_for_match(item.question)
+        for begin in range(0, len(norm) - size + 1, 7):
+            yield item, item.question[source[begin] : source[begin + size - 1] + 1]
+
+
+def pick_span(items, size: int, want=lambda span: True):
+    for item, span in question_spans(items, size):
+        if want(span):
+            return item, span
+    pytest.fail(f"no question span of {size} characters with the wanted property")
+
+
+def contains_phrase(index, text: str) -> bool:
+    """Whether an option or a whole short question lies inside ``text``."""
+    norm = normal(text)
+    return any(phrase in norm for phrase in index.phrase_normal)
+
+
+def kept_range(text: str) -> tuple[int, int]:
+    """[first, last + 1) of the characters that survive normalisation."""
+    source = normalize_for_match(text)[1]
+    return int(source[0]), int(source[-1]) + 1
+
+
+# --- normal form ---------------------------------------------------------------------------------
+
+
+def naive_normal_form(text: str) -> tuple[str, list[int]]:
+    """The reference: one character at a time, straight from unicodedata."""
+    chars, offsets = [], []
+    for i, char in enumerate(text):
+        for part in unicodedata.normalize("NFKD", char):
+            category = unicodedata.category(part)
+            if part.isspace() or category[0] in "PZ" or category in ("Cc", "Cf"):
+                continue
+            if unicodedata.combining(part):
+                continue
+            chars.append(part)
+            offsets.append(i)
+    return "".join(chars), offsets
+
+
+def test_normal_form_matches_a_per_character_reference(items):
+    texts = [every_disguise(item.question) for item in items[::400]]
+    texts += ["xﬁy½ Ｃａｆé\u0301 ㈱①", "", "  \n\t", "\u3000ＡＢＣ，ａｂｃ。"]
+    for text in texts:
+        norm, offsets = normalize_for_match(text)
+        ref_norm, ref_offsets = naive_normal_form(text)
+        assert norm == ref_norm
+        assert offsets.tolist() == ref_offsets
+
+
+def test_expanding_characters_map_every_piece_back_to_their_source():
+    norm, offsets = normalize_for_match("xﬁy½")
+    assert norm == "xfiy1⁄2"
+    assert offsets.tolist() == [0, 1, 1, 2, 3, 3, 3]
+
+
+def test_every_disguise_has_the_normal_form_of_the_original_and_of_its_nfkc(items):
+    for item in items[::250]:
+        for disguise in (full_width, swap_punctuation, insert_breaks, every_disguise):
+            disguised = disguise(item.question)
+            assert normal(disguised) == normal(item.question)
+            assert normal(unicodedata.normalize("NFKC", disguised)) == normal(disguised)
+
+
+# --- audit: planted leaks ------------------------------------------------------------------------
+
+
+def has_ascii(span: str) -> bool:
+    return sum(c.isascii() and c.isalnum() for c in span) >= 3
+
+
+def has_punctuation(span: str) -> bool:
+    return any(c in SWAP for c in span)
+
+
+def has_inner_space(span: str) -> bool:
+    return any(c.isspace() for c in span.strip())
+
+
+QUESTION_DISGUISES = {
+    "full_width": (has_ascii, full_width),
+    "punctuation": (has_punctuation, swap_punctuation),
+    "inserted_breaks": (lambda s: True, insert_breaks),
+    "collapsed_whitespace": (has_inner_space, collapse_whitespace),
+    "all_at_once": (lambda s: has_ascii(s) and has_punctuation(s), every_disguise),
+}
+
+
+@pytest.mark.parametrize("disguise", sorted(QUESTION_DISGUISES))
+def test_a_disguised_question_span_is_caught_at_its_original_offset(items, index, by_uid, sep, disguise):
+    want, transform = QUESTION_DISGUISES[disguise]
+    item, span = pick_span(items, 30, want)
+    leak = transform(span)
+    assert leak != span or disguise == "inserted_breaks"
+    prefix = "ok" + sep
+    hits = audit_texts(["nothing here", prefix + leak + sep + "ok"], index)
+    assert len(hits) == 1, hits
+    hit = hits[0]
+    first, end = kept_range(leak)
+    assert (hit.text, hit.kind) == (1, "question"), hit
+    assert hit.offset == len(prefix) + first, (hit, len(prefix) + first)
+    assert hit.n_chars == end - first, (hit, end - first)
+    assert normal(leak) in normal(by_uid[hit.item_uid].question)
+
+
+@pytest.mark.parametrize("disguise", ["full_width", "punctuation", "all_at_once"])
+def test_a_disguised_option_is_caught_at_its_original_offset(items, index, by_uid, sep, disguise):
+    countable = set(index.option_normal)
+    want = {"full_width": has_ascii, "punctuation": has_punctuation, "all_at_once": has_ascii}[disguise]
+    transform = {"full_width": full_width, "punctuation": swap_punctuation,
+                 "all_at_once": every_disguise}[disguise]
+    option = next(
+        o for item in items for o in item.options
+        if 6 <= len(normal(o)) < 20 and normal(o) in countable and want(o.strip())
+    )
+    leak = transform(option.strip())
+    prefix = "答案" + sep + " "
+    hits = audit_texts([prefix + leak + sep], index)
+    assert len(hits) == 1, hits
+    first, end = kept_range(leak)
+    expected = ("option", len(prefix) + first, end - first)
+    assert (hits[0].kind, hits[0].offset, hits[0].n_chars) == expected, (hits, expected)
+    assert normal(option) in {normal(o) for o in by_uid[hits[0].item_uid].options}
+
+
+def test_a_model_quoting_another_item_is_caught_and_named(items, index, by_uid, sep):
+    own = items[0]
+    other, span = pick_span(items[len(items) // 2 :], 25)
+    assert other.uid != own.uid
+    hits = audit_records([(own.uid, "generation", "ok" + sep + every_disguise(span))], index)
+    assert len(hits) == 1, hits
+    assert (hits[0].uid, hits[0].field, hits[0].kind) == (own.uid, "generation", "question"), hits
+    assert hits[0].item_uid != own.uid
+    assert normal(span) in normal(by_uid[hits[0].item_uid].question)
+
+
+def short_questions(items, low: int, high: int):
+    return [i for i in items if low <= len(normal(i.question)) < high]
+
+
+def test_a_whole_short_question_is_caught_but_not_one_below_the_minimum(items, index, by_uid, sep):
+    counts = Counter(normal(i.question) for i in items)
+    item = next(i for i in short_questions(items, 12, 20) if counts[normal(i.question)] == 1)
+    leak = every_disguise(item.question.strip())
+    hits = audit_texts(["ok" + sep + leak + sep], index)
+    first, end = kept_range(leak)
+    assert [(h.kind, h.item_uid, h.offset, h.n_chars) for h in hits] == [
+        ("question", item.uid, 3 + first, end - first)], hits
+    tiny = [i.question for i in short_questions(items, 4, leakage.MIN_QUESTION_CHARS)][:30]
+    assert tiny
+    quiet = [t for t in tiny if not contains_phrase(index, t)]
+    assert quiet and audit_texts(["ok" + sep + t + sep for t in quiet], index) == []
+    strict = build_index(items, min_question_chars=4)
+    assert len(audit_texts(["ok" + sep + t + sep for t in quiet], strict)) == len(quiet)
+
+
+def test_hits_never_carry_the_leaked_text(items, index, sep):
+    _, span = pick_span(items, 40)
+    hits = audit_records([("r1", "generation", "ok" + sep + span)], index)
+    assert hits
+    for hit in hits:
+        for value in dataclasses.astuple(hit):
+            assert normal(span)[:8] not in normal(str(value))
+
+
+# --- audit: near misses --------------------------------------------------------------------------
+
+
+def test_a_19_character_span_is_not_a_leak_but_its_20_character_extension_is(items, index, sep):
+    for item, span20 in question_spans(items, 20):
+        if contains_phrase(index, span20):
+            continue
+        span19 = span20[: kept_range(span20)[1] - 1]
+        span19 = span19[: normalize_for_match(span19)[1][-1] + 1]
+        assert len(normal(span19)) == 19
+        assert audit_texts(["ok" + sep + every_disguise(span19) + sep], index) == []
+        hits = audit_texts(["ok" + sep + every_disguise(span20) + sep], index)
+        assert [h.kind for h in hits] == ["question"], hits
+        return
+    pytest.fail("no 20-character question span free of options")
+
+
+def test_short_real_options_are_ignored_and_the_threshold_is_what_ignores_them(items, sep):
+    index = build_index(items)
+    short = sorted({o.strip() for item in items for o in item.options if 2 <= len(normal(o)) < 4})[:50]
+    assert short
+    text = sep.join(["ok", *short, "ok"])
+    assert audit_texts([text], index) == []
+    loose = build_index(items, min_option_chars=2)
+    assert audit_texts([text], loose)  # the same text counts once the threshold is lowered
+    assert "min option chars 4" in index.thresholds()
+
+
+def test_stock_options_shared_by_many_items_are_not_leaks(items, index, sep):
+    counts = Counter(o for item in items for o in {normal(x) for x in item.options})
+    stock = [o for o, n in counts.items() if n >= leakage.STOCK_ITEMS and len(o) >= 4]
+    assert stock and index.n_stock_phrases >= len(stock), (len(stock), index.n_stock_phrases)
+    originals = {normal(o): o for item in items for o in item.options}
+    text = sep.join(["ok", *(originals[o] for o in stock), "ok"])
+    assert audit_texts([text], index) == []
+    counted = build_index(items, stock_items=10**9)
+    assert len(audit_texts([text], counted)) >= len(stock) - 1  # neighbours may merge
+
+
+OWN_QUESTION = "自编测试题第{k}号：下列关于一座虚构城市的交通规划说法中，哪一项最合理"
+
+
+def own_items(n: int) -> list[ItemText]:
+    """Invented items whose choices include the common short answers named in the issue."""
+    return [
+        ItemText(f"own/{k}", OWN_QUESTION.format(k=k), ("正确", "错误", "以上都对", f"自编选项第{k}号答案"))
+        for k in range(n)
+    ]
+
+
+def test_common_answers_like_zhengque_and_yishangdoudui_are_not_leaks():
+    index = build_index(own_items(12))
+    assert audit_texts(["我认为正确，以上都对。", "以上都对"], index) == []
+    hits = audit_texts(["选自编选项第3号答案吧"], index)
+    assert [(h.kind, h.item_uid, h.offset) for h in hits] == [("option", "own/3", 1)], hits
+    rare = build_index(own_items(3))  # in only three items the same answer identifies them
+    assert [h.kind for h in audit_texts(["以上都对"], rare)] == ["option"]
+
+
+# --- audit: structure ----------------------------------------------------------------------------
+
+
+def test_windows_never_span_two_texts(items, index):
+    item, span = next((i, s) for i, s in question_spans(items, 30) if not contains_phrase(index, s))
+    cut = len(span) // 2
+    assert audit_texts([span[:cut], span[cut:]], index) == []
+    assert len(audit_texts([span[:cut] + span[cut:]], index)) == 1
+
+
+def test_results_do_not_depend_on_how_texts_are_batched(items, index, monkeypatch, sep):
+    _, span = pick_span(items, 24)
+    texts = [f"第{k}条普通输出" + (sep + every_disguise(span) if k % 7 == 3 else "") for k in range(40)]
+    whole = audit_texts(texts, index)
+    monkeypatch.setattr(leakage, "_TEXTS_PER_BATCH_CHARS", 50)
+    assert audit_texts(texts, index) == whole
+    assert [h.text for h in whole] == [k for k in range(40) if k % 7 == 3]
+
+
+def naive_audit(texts, index) -> dict[int, int]:
+    """{text: offset of the first leaked character}: a window set and ``in`` over every phrase."""
+    windows = {q[i : i + index.window] for q in index.question_normal
+               for i in range(len(q) - index.window + 1)}
+    first = {}
+    for k, text in enumerate(texts):
+        norm, source = normalize_for_match(text)
+        starts = [i for i in range(len(norm) - index.window + 1) if norm[i : i + index.window] in windows]
+        starts += [norm.find(p) for p in index.phrase_normal if p in norm]
+        if starts:
+            first[k] = int(source[min(starts)])
+    return first
+
+
+def test_audit_agrees_with_a_brute_force_reference_on_random_text(items, index):
+    rng = np.random.default_rng(7)
+    alphabet = np.array(sorted({c for item in items[::20] for c in item.question}))
+    spans = [s for _, s in question_spans(items[::97], 22)]
+    options = [o for item in items[::53] for o in item.options]
+    texts = []
+    for k in range(120):
+        text = "".join(rng.choice(alphabet, int(rng.integers(5, 60))))
+        if k % 4 == 0:
+            leak = spans[k % len(spans)] if k % 8 == 0 else options[k % len(options)]
+            at = int(rng.integers(0, len(text) + 1))
+            text = text[:at] + every_disguise(leak) + text[at:]
+        texts.append(text)
+    hits = audit_texts(texts, index)
+    first = {}
+    for hit in hits:
+        first.setdefault(hit.text, hit.offset)
+    reference = naive_audit(texts, index)
+    assert first == reference, (first, reference)
+    assert len(first) >= 15, first
+
+
+# --- scrub ---------------------------------------------------------------------------------------
+
+
+def test_scrub_removes_the_items_options_and_question_spans_and_leaves_markers(items, sep):
+    item = next(
+        i for i in items
+        if len(normal(i.question)) >= 45 and any(6 <= len(normal(o)) < 20 for o in i.options)
+    )
+    option = next(o.strip() for o in item.options if 6 <= len(normal(o)) < 20)
+    norm, source = normalize_for_match(item.question)
+    span = item.question[source[10] : source[34] + 1]  # 25 normalised characters
+    pieces = ["开头" + sep, every_disguise(option), sep + "中间" + sep, every_disguise(span), sep + "结尾"]
+    expected = ""
+    for k, piece in enumerate(pieces):
+        if k % 2:
+            first, end = kept_range(piece)
+            piece = piece[:first] + MARKER + piece[end:]
+        expected += piece
+    result = scrub("".join(pieces), item.question, item.options)
+    assert result.text == expected
+    assert result.n_removed_spans == 2, result.n_removed_spans
+    assert result.n_removed_chars == sum(kept_range(p)[1] - kept_range(p)[0] for p in pieces[1::2])
+    own = build_index([ItemText(item.uid, item.question, item.options)])
+    assert audit_texts([result.text], own) == []
+
+
+def test_scrub_removes_every_occurrence_and_keeps_what_is_no_leak(items, index, sep):
+    item, span = next((i, s) for i, s in question_spans(items, 19) if not contains_phrase(index, s))
+    short = "对"
+    long_option = next((o for o in item.options if len(normal(o)) >= 4), None)
+    text = f"甲{sep}{span}{sep}{short}{sep}"
+    result = scrub(text, item.question, item.options + (short,))
+    assert result == leakage.ScrubResult(text, 0, 0)
+    if long_option is not None:
+        twice = f"甲{sep}{long_option}{sep}乙{sep}{full_width(long_option)}"
+        result = scrub(twice, item.question, item.options)
+        assert result.n_removed_spans == 2 and result.text.count(MARKER) == 2
+        assert normal(long_option) not in normal(result.text)
+
+
+def test_scrub_removes_a_whole_short_question(items, sep):
+    item = next(i for i in short_questions(items, 10, 20) if not any(
+        len(normal(o)) >= 4 and normal(o) in normal(i.question) for o in i.options))
+    leak = every_disguise(item.question.strip())
+    result = scrub(f"问题{sep}{leak}{sep}答案", item.question, item.options)
+    first, end = kept_range(leak)
+    expected = f"问题{sep}{leak[:first]}{MARKER}{leak[end:]}{sep}答案"
+    assert result.text == expected and result.n_removed_spans == 1, result.n_removed_spans
+
+
+def test_scrub_uses_its_own_marker_and_window():
+    question = OWN_QUESTION.format(k=1)
+    text = "引用：" + question[5:20] + "。"
+    assert scrub(text, question, ()).text == text  # 15 characters: under the default window
+    result = scrub(text, question, (), window=10, marker="<cut>")
+    assert result.text == "引用：<cut>。" and result.n_removed_spans == 1
