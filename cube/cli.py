@@ -17,6 +17,10 @@ COMMAND_MODULES = [
     "cube.commands.audit",
     "cube.commands.credit",
     "cube.commands.release",
+    "cube.commands.run",
+    "cube.commands.rescore",
+    "cube.commands.confirm",
+    "cube.commands.simulate",
 ]
 
 

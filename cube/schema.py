@@ -10,6 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 SCHEMA_VERSION = "cube.records/1"
+SCHEMA_METADATA_KEY = b"cube.schema"  # Parquet file metadata key holding SCHEMA_VERSION
 
 # Scorer names as stored. M6 rows come in pairs from one generation, one per extractor.
 SCORER_NAMES = ("M1-seq", "M1-strict", "M2", "M3", "M4", "M5", "M6-strict", "M6-lenient", "TF")

@@ -1,0 +1,68 @@
+"""``cube confirm``: check the frozen tokenizer-audit prediction against stored records.
+
+cube confirm RECORDS --prediction data/predictions/audit_frozen.json [--family MODEL=FAMILY ...]
+                     [--items BENCHMARK] [--no-verify] [--json]
+
+Prints the model x label set confirmation matrix ("N/N confirmed"), a sentence for every
+mismatch, and the partial-collision analysis. Exit status 0 when every predicted cell is
+confirmed, 1 when any is not (2 for bad input, as for every command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from cube.commands.rescore import add_common_options, load
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "confirm",
+        help="confirmation matrix: observed M1-strict ties vs the frozen audit prediction",
+        description=__doc__.splitlines()[0],
+    )
+    parser.add_argument("records", help="records folder (holds MANIFEST.json)")
+    parser.add_argument("--prediction", default="data/predictions/audit_frozen.json",
+                        help="frozen prediction from `cube audit --freeze`")
+    parser.add_argument("--family", nargs="+", metavar="MODEL=FAMILY", default=[],
+                        help="tokenizer family of a model not in config/models.yaml")
+    add_common_options(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cube.audit import read_prediction
+    from cube.confirm import (
+        confirm,
+        format_effects,
+        format_report,
+        model_families,
+        partial_cells,
+        report_json,
+        tiebreak_effects,
+    )
+    from cube.errors import ConfigError
+    from cube.records import read_manifest
+
+    extra = {}
+    for pair in args.family:
+        model, sep, family = pair.partition("=")
+        if not sep or not model or not family:
+            raise ConfigError(f"--family {pair!r}: expected MODEL=FAMILY")
+        extra[model] = family
+    prediction = read_prediction(Path(args.prediction))
+    table = load(args.records, args)
+    families = model_families(read_manifest(args.records), extra)
+    report = confirm(table, prediction, families)
+    if not report.cells:
+        raise ConfigError(f"{args.records}: no M1-strict records; nothing to confirm")
+    effects = tiebreak_effects(table, [c.observed for c in partial_cells(report)])
+    if args.json:
+        print(json.dumps(report_json(report, effects), ensure_ascii=False, indent=1))
+    else:
+        print(format_report(report))
+        print(format_effects(effects))
+    return 0 if not report.mismatches else 1

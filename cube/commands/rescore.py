@@ -1,0 +1,174 @@
+"""``cube rescore``: accuracy of any protocol slice from stored records, without a model.
+
+cube rescore RECORDS [--scorer S] [--label-set L] [--shots N] [--order O] [--context C]
+                     [--model M] [--level subject|category|overall] [--taxonomy cmmlu|ceval]
+                     [--versus FIELD=VALUE ...] [--versus-records DIR] [--calibration]
+                     [--items BENCHMARK] [--no-verify] [--json]
+
+Every filter may be repeated to allow several values. With ``--versus`` it prints the
+per-subject regression table from the slice (A) to the same slice with the given fields
+replaced (B), worst subject first, with exact McNemar p-values and paired-bootstrap intervals.
+With ``--calibration`` it prints the expected calibration error of each scored cell instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+SLICE_OPTIONS = (
+    ("model", "--model"), ("scorer", "--scorer"), ("label_set", "--label-set"),
+    ("shots", "--shots"), ("order", "--order"), ("context", "--context"),
+)
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "rescore",
+        help="accuracy with 95%% intervals of any slice of stored records (no model needed)",
+        description=__doc__.splitlines()[0],
+    )
+    parser.add_argument("records", help="records folder (holds MANIFEST.json)")
+    for dest, flag in SLICE_OPTIONS:
+        parser.add_argument(flag, dest=dest, action="append", metavar=dest.upper(),
+                            type=int if dest == "shots" else str,
+                            help=f"keep only this {dest.replace('_', ' ')} (repeatable)")
+    parser.add_argument("--level", choices=("subject", "category", "overall"), default="overall")
+    parser.add_argument("--taxonomy", choices=("cmmlu", "ceval"), default=None,
+                        help="subject categories (default: each benchmark's own)")
+    parser.add_argument("--versus", nargs="+", metavar="FIELD=VALUE",
+                        help="regression table against the slice with these fields replaced")
+    parser.add_argument("--versus-records", metavar="DIR",
+                        help="take the --versus slice from another records folder")
+    parser.add_argument("--calibration", action="store_true",
+                        help="expected calibration error (10 equal-width bins) per cell")
+    add_common_options(parser)
+    parser.set_defaults(func=run)
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--items", metavar="BENCHMARK[/SPLITS]",
+                        help="check every qhash against this item set, e.g. cmmlu/test")
+    parser.add_argument("--no-verify", action="store_true",
+                        help="skip the sha256 check of each file against the manifest")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def load(path: str, args: argparse.Namespace, columns=()):
+    """Read a records folder with the checks the options ask for."""
+    from cube.records import read_records
+
+    items = None
+    if args.items:
+        from cube.items import load_items
+
+        benchmark, _, splits = args.items.partition("/")
+        items = load_items(benchmark, splits=splits or "test")
+    return read_records(path, verify=not args.no_verify, items=items, columns=columns,
+                        progress=sys.stderr.isatty())
+
+
+def _versus_filters(pairs: list[str], base: dict) -> dict:
+    from cube.errors import ConfigError
+    from cube.rescore import SLICE_FIELDS
+
+    out = dict(base)
+    for pair in pairs:
+        field, sep, value = pair.partition("=")
+        field = field.replace("-", "_")
+        if not sep or field not in SLICE_FIELDS or not value:
+            raise ConfigError(f"--versus {pair!r}: expected FIELD=VALUE with FIELD one of "
+                              f"{', '.join(SLICE_FIELDS)}")
+        values = value.split(",")
+        if field == "shots":
+            try:
+                values = [int(v) for v in values]
+            except ValueError:
+                raise ConfigError(f"--versus {pair!r}: shots must be integers") from None
+        out[field] = values
+    return out
+
+
+def _cell_title(row: dict) -> str:
+    return (f"== {row['model']} | {row['scorer']} | {row['label_set']} | {row['context']} | "
+            f"{row['shots']}-shot | {row['order']} ({row['benchmark']})")
+
+
+def format_rows(rows: list[dict]) -> str:
+    lines, title = [], None
+    width = max([len(str(r["group"])) for r in rows] + [5])
+    for r in rows:
+        if _cell_title(r) != title:
+            title = _cell_title(r)
+            lines.append(title)
+            lines.append(f"{'group':<{width}}  {'level':<8} {'agg':<6} {'n':>6} {'acc':>6}  "
+                         f"{'95% CI':<15} {'parse-fail':>10}")
+        lines.append(
+            f"{r['group']:<{width}}  {r['level']:<8} {r['aggregation']:<6} {r['n']:>6} "
+            f"{r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] "
+            f"{r['parse_failure_rate']:>10.1%}"
+        )
+    return "\n".join(lines)
+
+
+def format_regression(regression) -> str:
+    rows = regression.rows.to_pylist()
+    width = max([len(r["subject"]) for r in rows] + [7])
+    lines = [f"{'subject':<{width}}  {'n':>5} {'acc A':>6} {'acc B':>6} {'delta':>7} "
+             f"{'95% CI':<17} {'A-only':>6} {'B-only':>6} {'McNemar p':>10}"]
+    for r in [*rows, {"subject": "OVERALL", **regression.overall}]:
+        lines.append(f"{r['subject']:<{width}}  {r['n']:>5} {r['acc_a']:>6.3f} {r['acc_b']:>6.3f} "
+                     f"{r['delta']:>+7.3f} [{r['delta_lo']:+.3f}, {r['delta_hi']:+.3f}] "
+                     f"{r['a_only_right']:>6} {r['b_only_right']:>6} {r['p_value']:>10.3g}")
+    if regression.only_a or regression.only_b:
+        lines.append(f"(items only in A: {regression.only_a}; only in B: {regression.only_b}; "
+                     "left out)")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from cube.errors import ConfigError
+    from cube.rescore import calibration, filters_from, regression_table, rescore, select
+
+    table = load(args.records, args, columns=("probs",) if args.calibration else ())
+    filters = filters_from(vars(args))
+    sliced = select(table, **filters)
+    if sliced.num_rows == 0:
+        raise ConfigError(f"{args.records}: no records match {filters or 'the slice'}")
+
+    if args.versus:
+        other = load(args.versus_records, args) if args.versus_records else table
+        other_filters = _versus_filters(args.versus, filters)
+        other_slice = select(other, **other_filters)
+        regression = regression_table(sliced, other_slice)
+        if args.json:
+            print(json.dumps({"a": filters, "b": other_filters,
+                              "rows": regression.rows.to_pylist(), "overall": regression.overall,
+                              "only_a": regression.only_a, "only_b": regression.only_b},
+                             ensure_ascii=False, indent=1))
+        else:
+            print(f"A: {filters}\nB: {other_filters}")
+            print(format_regression(regression))
+        return 0
+
+    if args.calibration:
+        rows = calibration(sliced).to_pylist()
+        if args.json:
+            print(json.dumps({"filters": filters, "rows": rows}, ensure_ascii=False, indent=1))
+        else:
+            for r in rows:
+                print(f"{_cell_title(r)}: ECE {r['ece']:.4f} over {r['n']} items")
+        return 0
+
+    result = rescore(sliced, level=args.level, taxonomy=args.taxonomy)
+    for warning in result.warnings:
+        print(warning, file=sys.stderr)
+    if args.json:
+        print(json.dumps({"filters": filters, "level": args.level, "warnings": result.warnings,
+                          "rows": result.rows.to_pylist()}, ensure_ascii=False, indent=1))
+    else:
+        print(format_rows(result.rows.to_pylist()))
+        for warning in result.warnings:
+            print(warning)
+    return 0

@@ -1,0 +1,289 @@
+"""The harness runner: items x protocol cells -> per-item records, in resumable atomic shards.
+
+Work is grouped so that what a protocol needs is computed once and every scorer reads it:
+one label pass per (item, cell) feeds M1-seq and M1-strict; one cloze pass per item (conditional
+and unconditional) feeds M2-M5, whatever the cells; one greedy generation per (item, cell) feeds
+both M6 extractors. Each group of ``shard_size`` items is written as one Parquet shard with a
+deterministic name via temp-file-and-rename, so a killed run re-run with the same arguments skips
+finished shards and loses or duplicates nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from cube import __version__
+from cube.atomic import atomic_write_text
+from cube.backends.base import Backend, ContinuationLogprobs, ScoreRequest
+from cube.errors import ConfigError
+from cube.extract import extract_lenient, extract_strict
+from cube.items import Item
+from cube.prompts import Cell, cloze_prompt, load_templates, render_prompt
+from cube.scorers import SCORERS, ContinuationScores, ScoreResult, option_distribution
+
+LABEL_SCORERS = ("M1-seq", "M1-strict")
+CLOZE_SCORERS = ("M2", "M3", "M4", "M5")
+GENERATION_SCORERS = ("M6", "M6-cot")  # each yields M6-strict and M6-lenient records
+ALL_SCORERS = LABEL_SCORERS + CLOZE_SCORERS + GENERATION_SCORERS
+CLOZE_CELL = ("-", "cloze", 0, "original")  # label_set, context, shots, order of cloze records
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    model: str
+    items: tuple[Item, ...]
+    cells: tuple[Cell, ...]
+    scorers: tuple[str, ...]
+    dev_items: tuple[Item, ...] = ()
+    shard_size: int = 50
+    batch_size: int = 16
+    shard: tuple[int, int] = (0, 1)  # (K, N): this process runs chunks with index % N == K
+    max_new_tokens: int | None = None
+    extra: dict = field(default_factory=dict)  # logged only (dtype, backend, sample seed, ...)
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.scorers if s not in ALL_SCORERS]
+        if unknown:
+            raise ConfigError(f"unknown scorer {unknown[0]!r}; known: {', '.join(ALL_SCORERS)}")
+        k, n = self.shard
+        if not (n >= 1 and 0 <= k < n):
+            raise ConfigError(f"--shard {k}/{n}: need 0 <= K < N")
+        if self.shard_size < 1:
+            raise ConfigError(f"shard size must be at least 1, got {self.shard_size}")
+
+    def config_hash(self) -> str:
+        blob = json.dumps({
+            "model": self.model, "uids": [i.uid for i in self.items], "qhash": [i.qhash for i in self.items],
+            "cells": [c.key for c in self.cells], "scorers": sorted(self.scorers),
+            "shard_size": self.shard_size, "max_new_tokens": self.max_new_tokens,
+            "templates": load_templates(),
+        }, sort_keys=True, ensure_ascii=False, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One shard's worth of work: a kind, the cell it runs under, and a chunk of items."""
+
+    kind: str  # "label" | "cloze" | "gen" | "cot"
+    cell: Cell | None
+    chunk: int
+    items: tuple[Item, ...]
+
+    @property
+    def filename(self) -> str:
+        cell = self.cell.key.replace("|", "__") if self.cell else "cloze"
+        return f"{self.kind}--{cell}--{self.chunk:05d}.parquet"
+
+
+def plan_jobs(spec: RunSpec) -> list[Job]:
+    chunks = [spec.items[i:i + spec.shard_size] for i in range(0, len(spec.items), spec.shard_size)]
+    mine = [(i, c) for i, c in enumerate(chunks) if i % spec.shard[1] == spec.shard[0]]
+    jobs: list[Job] = []
+    wants = set(spec.scorers)
+    for cell in spec.cells:
+        if wants & set(LABEL_SCORERS):
+            jobs += [Job("label", cell, i, c) for i, c in mine]
+        if "M6" in wants:
+            jobs += [Job("gen", cell, i, c) for i, c in mine]
+    if wants & set(CLOZE_SCORERS):
+        jobs += [Job("cloze", None, i, c) for i, c in mine]
+    if "M6-cot" in wants:
+        cot_cells = {(c.label_set.name, c.shots): c for c in spec.cells}
+        jobs += [Job("cot", cell, i, c) for cell in cot_cells.values() for i, c in mine]
+    return jobs
+
+
+# ---- records from backend outputs ------------------------------------------------------------
+
+def _tie_text(groups: tuple[tuple[int, ...], ...]) -> str:
+    return ";".join("=".join(str(i) for i in g) for g in groups)
+
+
+def _record(model: str, item: Item, scorer: str, cell_key: tuple, gold: int, result: ScoreResult,
+            conts: list[ContinuationLogprobs] | None, generation: str | None = None,
+            pred: int | None = None) -> dict:
+    label_set, context, shots, order = cell_key
+    if result is not None:
+        pred_i = int(result.pred)
+        scores = np.asarray(result.scores, dtype=np.float64)
+        probs = option_distribution(scores)
+        tied, groups = bool(result.tied), _tie_text(result.tie_groups)
+    else:  # generation: no scores, a one-hot distribution on the extracted answer
+        pred_i = -1 if pred is None else int(pred)
+        scores = np.full(len(item.options), np.nan)
+        probs = np.zeros(len(item.options))
+        if pred is not None:
+            probs[pred] = 1.0
+        tied, groups = False, ""
+    return {
+        "model": model, "uid": item.uid, "qhash": item.qhash, "benchmark": item.benchmark,
+        "subject": item.subject, "scorer": scorer, "label_set": label_set, "context": context,
+        "shots": int(shots), "order": order, "gold": int(gold), "pred": pred_i,
+        "correct": pred_i == gold, "parse_failed": pred_i < 0, "tied": tied, "tie_groups": groups,
+        "scores": scores.tolist(), "probs": probs.astype(np.float32).tolist(),
+        "first_token_ids": [int(c.token_ids[0]) for c in conts] if conts else None,
+        "n_tokens": [len(c.token_ids) for c in conts] if conts else None,
+        "generation": generation,
+    }
+
+
+def _as_scores(conts: list[ContinuationLogprobs], texts: tuple[str, ...],
+               unconditional: list[ContinuationLogprobs] | None = None) -> list[ContinuationScores]:
+    out = []
+    for i, (c, text) in enumerate(zip(conts, texts)):
+        unc = None
+        if unconditional is not None:
+            u = unconditional[i]
+            # M5 needs the same tokens under both contexts; a tokenization that differs is
+            # scored on its own tokens (the PMI of the text, not of a token sequence).
+            unc = u.logprobs if len(u.logprobs) == len(c.logprobs) else np.full(len(c.logprobs), u.total / len(c.logprobs))
+        out.append(ContinuationScores(np.asarray(c.token_ids), c.logprobs, text, unc))
+    return out
+
+
+def run_label_job(backend: Backend, spec: RunSpec, job: Job) -> list[dict]:
+    prompts = [render_prompt(it, job.cell, list(spec.dev_items)) for it in job.items]
+    outs = backend.score([ScoreRequest(p.context, p.label_continuations) for p in prompts], spec.batch_size)
+    key = (job.cell.label_set.name, job.cell.context, job.cell.shots, job.cell.order)
+    rows = []
+    for item, prompt, conts in zip(job.items, prompts, outs):
+        options = _as_scores(conts, prompt.label_continuations)
+        for scorer in LABEL_SCORERS:
+            if scorer in spec.scorers:
+                rows.append(_record(spec.model, item, scorer, key, prompt.gold, SCORERS[scorer](options), conts))
+    return rows
+
+
+def run_cloze_job(backend: Backend, spec: RunSpec, job: Job) -> list[dict]:
+    prompts = [cloze_prompt(it) for it in job.items]
+    requests = [ScoreRequest(p.context, p.continuations) for p in prompts]
+    need_m5 = "M5" in spec.scorers
+    if need_m5:
+        requests += [ScoreRequest(p.unconditional_context, p.continuations) for p in prompts]
+    outs = backend.score(requests, spec.batch_size)
+    rows = []
+    for n, (item, prompt) in enumerate(zip(job.items, prompts)):
+        conts = outs[n]
+        options = _as_scores(conts, prompt.continuations, outs[len(prompts) + n] if need_m5 else None)
+        for scorer in CLOZE_SCORERS:
+            if scorer in spec.scorers:
+                rows.append(_record(spec.model, item, scorer, CLOZE_CELL, item.answer, SCORERS[scorer](options), conts))
+    return rows
+
+
+def _generation_prompt(item: Item, cell: Cell, spec: RunSpec, cot: bool) -> tuple[str, str]:
+    """(prompt, text the extractors see before the generation)."""
+    prompt = render_prompt(item, cell, list(spec.dev_items))
+    templates = load_templates()
+    cue = templates["contexts"][cell.context]["cue"]
+    if not cot:  # answer-only continues the cue: the extractors read cue + generation
+        return prompt.context, cue
+    body = prompt.context[: len(prompt.context) - len(cue)]
+    return body + templates["generation"]["cot_instruction"], ""
+
+
+def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> list[dict]:
+    templates = load_templates()["generation"]
+    max_new = spec.max_new_tokens or (templates["cot_max_new_tokens"] if cot else templates["answer_only_max_new_tokens"])
+    built = [_generation_prompt(it, job.cell, spec, cot) for it in job.items]
+    gens = backend.generate([p for p, _ in built], max_new, batch_size=spec.batch_size)
+    labels = job.cell.label_set.labels
+    key = (job.cell.label_set.name, "cot" if cot else job.cell.context, job.cell.shots, job.cell.order)
+    rows = []
+    for item, (_, seen), gen in zip(job.items, built, gens):
+        prompt = render_prompt(item, job.cell, list(spec.dev_items))
+        shown = [item.options[i] for i in prompt.permutation]
+        text = seen + gen.text
+        for scorer, pred in (("M6-strict", extract_strict(text, labels)),
+                             ("M6-lenient", extract_lenient(text, labels, shown))):
+            rows.append(_record(spec.model, item, scorer, key, prompt.gold, None, None, gen.text, pred))
+    return rows
+
+
+RUNNERS = {
+    "label": run_label_job,
+    "cloze": run_cloze_job,
+    "gen": lambda b, s, j: run_generation_job(b, s, j, cot=False),
+    "cot": lambda b, s, j: run_generation_job(b, s, j, cot=True),
+}
+
+
+# ---- the resumable loop ------------------------------------------------------------------------
+
+def write_job_shard(out: Path, model: str, job: Job, rows: list[dict]) -> None:
+    """Write one job's records as a checked shard listed in the store's manifest (atomic)."""
+    import pyarrow as pa
+
+    from cube.records import write_shard
+    from cube.schema import RECORD_SCHEMA
+
+    write_shard(out, f"{model}/{job.filename}", pa.Table.from_pylist(rows, schema=RECORD_SCHEMA))
+
+
+def pending_jobs(spec: RunSpec, out: Path) -> tuple[list[Job], int]:
+    jobs = plan_jobs(spec)
+    folder = out / spec.model
+    todo = [j for j in jobs if not (folder / j.filename).exists()]
+    return todo, len(jobs) - len(todo)
+
+
+def iterate_jobs(backend: Backend, spec: RunSpec, out: Path, progress: bool = True) -> Iterator[tuple[Job, int]]:
+    from tqdm import tqdm
+
+    todo, done = pending_jobs(spec, out)
+    bar = tqdm(total=sum(len(j.items) for j in todo), unit="item", desc=spec.model, disable=not progress)
+    t0 = time.perf_counter()
+    tokens0 = backend.counter.forward_tokens
+    for job in todo:
+        rows = RUNNERS[job.kind](backend, spec, job)
+        write_job_shard(out, spec.model, job, rows)
+        bar.update(len(job.items))
+        elapsed = max(time.perf_counter() - t0, 1e-9)
+        bar.set_postfix(tok_s=f"{(backend.counter.forward_tokens - tokens0) / elapsed:.0f}", refresh=False)
+        yield job, len(rows)
+    bar.close()
+
+
+def run(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | None = None, progress: bool = True) -> dict:
+    """Run every pending shard, then append a run log entry (config hash, versions, wall time)."""
+    t0 = time.perf_counter()
+    todo, skipped = pending_jobs(spec, out)
+    n_rows = n_items = 0
+    for job, rows in iterate_jobs(backend, spec, out, progress):
+        n_rows += rows
+        n_items += len(job.items)
+    wall = time.perf_counter() - t0
+    log = {
+        "config_hash": spec.config_hash(), "model": spec.model, "model_sha256": model_sha256,
+        "shard": f"{spec.shard[0]}/{spec.shard[1]}", "jobs_run": len(todo), "jobs_skipped": skipped,
+        "records_written": n_rows, "item_jobs": n_items, "wall_s": round(wall, 2),
+        "items_per_s": round(n_items / wall, 3) if wall > 0 else None,
+        "forward_tokens": backend.counter.forward_tokens, "versions": _versions(),
+        "scorers": list(spec.scorers), "cells": [c.key for c in spec.cells], "n_items": len(spec.items),
+        **spec.extra,
+    }
+    logfile = out / spec.model / "runlog.jsonl"
+    previous = logfile.read_text(encoding="utf-8") if logfile.exists() else ""
+    atomic_write_text(logfile, previous + json.dumps(log, ensure_ascii=False) + "\n")
+    return log
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"cube": __version__, "python": platform.python_version()}
+    for pkg in ("torch", "transformers", "tokenizers", "vllm"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out

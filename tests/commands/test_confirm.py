@@ -1,0 +1,75 @@
+"""``cube confirm``: the matrix; exit 0 all confirmed, 1 on a mismatch, 2 on bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cube import cli
+from cube.config import REPO_ROOT
+from cube.records import write_records
+from tests.record_tables import record, table
+
+PREDICTION = str(REPO_ROOT / "data" / "predictions" / "audit_frozen.json")
+
+
+@pytest.fixture
+def run(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ["cube.commands.confirm"])
+
+    def invoke(*argv: str) -> tuple[int, str, str]:
+        code = cli.main(["confirm", *argv, "--prediction", PREDICTION])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return invoke
+
+
+def strict_records(model: str, label_set: str, tie: bool, n: int = 4) -> list[dict]:
+    scores = [-1.0] * 4 if tie else [-1.0, -2.0, -3.0, -4.0]
+    return [record(model=model, scorer="M1-strict", label_set=label_set, uid=f"cmmlu/arts/test/{i}",
+                   scores=scores, tie_groups="0=1=2=3" if tie else "") for i in range(n)]
+
+
+@pytest.fixture
+def store(tmp_path):
+    # qwen3 at zh_cue: L4_circled is predicted DEGEN, L1_halfwidth defined.
+    recs = strict_records("qwen3-8b", "L4_circled", tie=True)
+    recs += strict_records("qwen3-8b", "L1_halfwidth", tie=False)
+    write_records(tmp_path / "recs", table(recs))
+    return tmp_path / "recs"
+
+
+def test_all_confirmed_exit_0(run, store):
+    code, out, err = run(str(store))
+    assert code == 0 and err == ""
+    assert "2/2 confirmed" in out and "partial collisions: none" in out
+    assert "qwen3-8b" in out.splitlines()[2] and "1/1" in out.splitlines()[2]
+
+
+def test_mismatch_exit_1_with_explanation(run, store):
+    write_records(store, table(strict_records("llama-3.1-8b", "L1_halfwidth", tie=True)))
+    code, out, _ = run(str(store))
+    assert code == 1
+    assert "2/3 confirmed" in out
+    assert "llama-3.1-8b / L1_halfwidth / zh_cue: predicted max1tok" in out
+
+
+def test_family_option_and_json(run, store):
+    write_records(store, table(strict_records("my-demo", "L4_circled", tie=True)))
+    code, out, _ = run(str(store), "--family", "my-demo=qwen3", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["matrix"]["my-demo"] == {"L4_circled": "1/1"}
+    assert doc["confirmed"] == doc["predicted"] == 3
+
+
+def test_bad_input_is_exit_2(run, store, tmp_path):
+    code, _, err = run(str(store), "--family", "nonsense")
+    assert code == 2 and "expected MODEL=FAMILY" in err
+    code, _, err = run(str(tmp_path / "nowhere"))
+    assert code == 2 and "no manifest" in err
+    other = tmp_path / "seq-only"
+    write_records(other, table([record()]))
+    code, _, err = run(str(other))
+    assert code == 2 and "no M1-strict records" in err

@@ -1,0 +1,113 @@
+"""``cube rescore``: the printed table, JSON, the regression view, warnings and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cube import cli
+from cube.records import write_records
+from tests.record_tables import record, scores_for, table
+
+
+@pytest.fixture
+def run(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ["cube.commands.rescore"])
+
+    def invoke(*argv: str) -> tuple[int, str, str]:
+        code = cli.main(["rescore", *argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return invoke
+
+
+@pytest.fixture
+def store(tmp_path):
+    recs = []
+    for model, right in (("v1", 8), ("v2", 5)):
+        for row in range(10):
+            pred = 0 if row < right else 1
+            recs.append(record(model=model, uid=f"cmmlu/arts/test/{row}", pred=pred,
+                               scores=scores_for(pred)))
+    for row in range(10):  # a generation run with 3 parse failures in 10
+        pred = -1 if row < 3 else 0
+        recs.append(record(model="v1", scorer="M6-strict", uid=f"cmmlu/arts/test/{row}",
+                           pred=pred, scores=scores_for(0)))
+    write_records(tmp_path / "recs", table(recs))
+    return str(tmp_path / "recs")
+
+
+def test_overall_table_and_json(run, store):
+    code, out, err = run(store, "--model", "v1", "--scorer", "M1-seq")
+    assert code == 0 and err == ""
+    assert "== v1 | M1-seq | L1_halfwidth | zh_cue | 0-shot | original (cmmlu)" in out
+    assert "micro      10  0.800" in out
+    code, out, _ = run(store, "--model", "v1", "--scorer", "M1-seq", "--level", "subject",
+                       "--json")
+    rows = json.loads(out)["rows"]
+    assert [(r["group"], r["n"], r["n_correct"]) for r in rows] == [("arts", 10, 8)]
+
+
+def test_category_level_uses_the_cmmlu_taxonomy(run, store):
+    code, out, _ = run(store, "--model", "v2", "--level", "category", "--json")
+    groups = {(r["group"], r["aggregation"]) for r in json.loads(out)["rows"]}
+    assert groups == {("Humanities", "micro"), ("Humanities", "macro")}
+
+
+def test_parse_failure_warning_is_visible(run, store):
+    code, out, err = run(store, "--scorer", "M6-strict")
+    assert code == 0
+    assert "WARNING: parse failures 30.0% (3/10) exceed 2%" in err
+    assert "WARNING" in out  # also under the table, where a reader looks
+
+
+def test_versus_prints_the_regression_table(run, store):
+    code, out, _ = run(store, "--model", "v1", "--scorer", "M1-seq", "--versus", "model=v2")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[3].split()[:5] == ["arts", "10", "0.800", "0.500", "-0.300"]
+    assert lines[-1].startswith("OVERALL")
+    code, out, _ = run(store, "--model", "v1", "--scorer", "M1-seq", "--versus", "model=v2",
+                       "--json")
+    assert json.loads(out)["overall"]["a_only_right"] == 3
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "nobody"], "no records match"),
+    (["--scorer", "M1-seq", "--versus", "model=v2"], "slice A holds 20 records for 10 items"),
+    (["--model", "v1", "--scorer", "M1-seq", "--versus", "colour=red"], "expected FIELD=VALUE"),
+])
+def test_bad_slices_are_one_line_errors(run, store, argv, message):
+    code, out, err = run(store, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("cube: error: ") and message in err and err.count("\n") == 1
+
+
+def test_corrupt_store_is_exit_2_and_no_verify_skips_only_the_checksum(run, store):
+    from pathlib import Path
+
+    from cube.records import MANIFEST_NAME
+
+    manifest_path = Path(store) / MANIFEST_NAME
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"]["v2/part-00000.parquet"]["sha256"] = "0" * 64
+    manifest_path.write_text(json.dumps(manifest))
+    code, _, err = run(store)
+    assert code == 2 and "v2/part-00000.parquet: sha256" in err and err.count("\n") == 1
+    code, _, _ = run(store, "--no-verify")
+    assert code == 0
+    shard = Path(store) / "v1" / "part-00000.parquet"
+    shard.write_bytes(shard.read_bytes()[:-10])
+    code, _, err = run(store, "--no-verify")
+    assert code == 2 and "v1/part-00000.parquet: not a readable Parquet file" in err
+
+
+def test_calibration_prints_one_ece_per_scored_cell(run, store):
+    code, out, _ = run(store, "--calibration")
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == 2 and all(": ECE " in line for line in lines)  # v1, v2; M6 left out
+    code, out, _ = run(store, "--calibration", "--json")
+    assert {r["model"] for r in json.loads(out)["rows"]} == {"v1", "v2"}

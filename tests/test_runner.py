@@ -1,0 +1,112 @@
+"""The runner on a tiny random-weight model with the real Qwen3 tokenizer and real CMMLU items."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("torch")
+
+from cube.backends.hf import HFBackend  # noqa: E402
+from cube.errors import ConfigError  # noqa: E402
+from cube.items import load_cmmlu, stratified_sample  # noqa: E402
+from cube.label_sets import load_label_sets  # noqa: E402
+from cube.prompts import Cell  # noqa: E402
+from cube.runner import RunSpec, plan_jobs, run  # noqa: E402
+from cube.schema import KEY_COLUMNS, RECORD_SCHEMA  # noqa: E402
+
+pytestmark = pytest.mark.registry
+
+
+@pytest.fixture(scope="module")
+def items(benchmarks_root):
+    loaded = load_cmmlu(benchmarks_root / "cmmlu", subjects=["anatomy", "marketing", "virology"])
+    return tuple(stratified_sample(loaded, 6, seed=0))
+
+
+@pytest.fixture(scope="module")
+def spec(items):
+    sets = load_label_sets()
+    cells = (Cell(sets["L1_halfwidth"], "zh_cue", 0), Cell(sets["L4_circled"], "zh_cue", 0))
+    return RunSpec(model="tiny", items=items, cells=cells,
+                   scorers=("M1-seq", "M1-strict", "M2", "M3", "M4", "M5", "M6"),
+                   shard_size=4, batch_size=4, max_new_tokens=3)
+
+
+def backend(tiny_qwen3, qwen3_tokenizer):
+    return HFBackend(tiny_qwen3, qwen3_tokenizer, progress=False)
+
+
+def read(out):
+    return pq.read_table(sorted((out / "tiny").glob("*.parquet"))).to_pylist()
+
+
+def test_every_record_follows_the_schema_and_carries_no_text_but_generations(tmp_path, spec, tiny_qwen3, qwen3_tokenizer):
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    table = pq.read_table(sorted((tmp_path / "tiny").glob("*.parquet")))
+    assert table.schema.remove_metadata() == RECORD_SCHEMA
+    rows = table.to_pylist()
+    # 6 items: 2 cells x (2 label scorers + 2 M6 extractors) + 4 cloze scorers
+    assert len(rows) == 6 * (2 * 4 + 4)
+    keys = [tuple(r[k] for k in KEY_COLUMNS) for r in rows]
+    assert len(set(keys)) == len(keys)
+    assert all(r["generation"] is None for r in rows if not r["scorer"].startswith("M6"))
+
+
+def test_first_token_ties_follow_the_tokenizer(tmp_path, spec, tiny_qwen3, qwen3_tokenizer):
+    """The Qwen3 tokenizer maps ①②③④ to one shared first token: M1-strict ties on every item."""
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    strict = [r for r in read(tmp_path) if r["scorer"] == "M1-strict"]
+    circled = [r for r in strict if r["label_set"] == "L4_circled"]
+    halfwidth = [r for r in strict if r["label_set"] == "L1_halfwidth"]
+    assert all(r["tied"] and r["tie_groups"] == "0=1=2=3" and r["pred"] == 0 for r in circled)
+    assert len({tuple(r["first_token_ids"]) for r in circled}) == 1
+    assert not any(r["tied"] or r["tie_groups"] for r in halfwidth)
+    # the full label sequence separates the labels where the first token cannot
+    seq = [r for r in read(tmp_path) if r["scorer"] == "M1-seq" and r["label_set"] == "L4_circled"]
+    assert not any(r["tied"] for r in seq)
+
+
+def test_killed_run_resumes_without_loss_or_duplicates(tmp_path, spec, tiny_qwen3, qwen3_tokenizer):
+    reference_dir = tmp_path / "ref"
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, reference_dir, progress=False)
+
+    class Dies(Exception):
+        pass
+
+    flaky = backend(tiny_qwen3, qwen3_tokenizer)
+    real_score, calls = flaky.score, []
+
+    def score_then_die(requests, batch_size=16):
+        calls.append(1)
+        if len(calls) == 3:
+            raise Dies()
+        return real_score(requests, batch_size)
+
+    flaky.score = score_then_die
+    out = tmp_path / "resumed"
+    with pytest.raises(Dies):
+        run(flaky, spec, out, progress=False)
+    partial = sorted(p.name for p in (out / "tiny").glob("*.parquet"))
+    assert 0 < len(partial) < len(plan_jobs(spec))
+    assert not list((out / "tiny").glob(".*tmp"))  # nothing half-written
+
+    log = run(backend(tiny_qwen3, qwen3_tokenizer), spec, out, progress=False)
+    assert log["jobs_skipped"] == len(partial)
+    key = lambda r: tuple(r[k] for k in KEY_COLUMNS)  # noqa: E731
+    resumed, ref = sorted(read(out), key=key), sorted(read(reference_dir), key=key)
+    assert [key(r) for r in resumed] == [key(r) for r in ref]
+    assert [(r["pred"], r["tie_groups"]) for r in resumed] == [(r["pred"], r["tie_groups"]) for r in ref]
+
+
+def test_shards_split_the_work_without_overlap(spec):
+    all_jobs = {(j.kind, j.filename) for j in plan_jobs(spec)}
+    parts = [{(j.kind, j.filename) for j in plan_jobs(RunSpec(**{**spec.__dict__, "shard": (k, 2)}))} for k in (0, 1)]
+    assert parts[0] | parts[1] == all_jobs and not parts[0] & parts[1]
+
+
+def test_bad_specs_are_rejected(items):
+    with pytest.raises(ConfigError, match="unknown scorer 'M9'"):
+        RunSpec(model="x", items=items, cells=(), scorers=("M9",))
+    with pytest.raises(ConfigError, match="--shard 2/2"):
+        RunSpec(model="x", items=items, cells=(), scorers=("M1-seq",), shard=(2, 2))
