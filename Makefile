@@ -1,15 +1,15 @@
-# Every target installs what it needs into .venv first (idempotent; re-run when pyproject changes).
+# Every target installs what it needs first (idempotent; re-runs when pyproject.toml changes).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 FROZEN := data/predictions/audit_frozen.json
 
-.PHONY: help install paper audit test smoke-test freeze bench clean
+.PHONY: help install system-deps paper book audit test unit-test book-test smoke-test freeze bench clean
 
 help:
-	@echo "make paper       the main job: tokenizer audit checked against the frozen prediction"
-	@echo "make test        install everything and run the test suite"
+	@echo "make paper       the main job: audit + every claim notebook on the archived records + the book"
+	@echo "make test        install everything and run the whole test suite (incl. the built book in a browser)"
 	@echo "make smoke-test  seconds-long end-to-end check"
 
 $(STAMP): pyproject.toml
@@ -20,19 +20,38 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The main job. For now: the audit of every offline tokenizer, printed and checked against the
-# frozen pre-registration (fails loudly on any difference).
-paper: $(STAMP)
-	$(BIN)/cube audit
-	$(BIN)/cube audit --check $(FROZEN)
+# Debian's chromium (browser test) and CJK fonts (screenshots); npm fetches tokenizers and MathJax.
+system-deps:
+	@command -v chromium >/dev/null && command -v npm >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium fonts-noto-cjk npm >/dev/null; \
+	  else echo "install chromium, fonts-noto-cjk and npm (Debian packages) first" >&2; exit 1; fi; }
 
-audit: paper
+# The main job: the tokenizer audit checked against the frozen prediction, every claim notebook
+# executed by papermill, and the offline Jupyter Book built into build/book/_build/html.
+paper: book
+
+book: $(STAMP)
+	$(BIN)/cube audit --brief
+	$(BIN)/cube audit --check $(FROZEN)
+	$(BIN)/cube book execute
+	$(BIN)/cube book build
+
+audit: $(STAMP)
+	$(BIN)/cube audit
 
 freeze: $(STAMP)
 	$(BIN)/cube audit --freeze $(FROZEN)
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q
+# The whole suite: unit and integration tests, then the executed notebooks (nbval) and the
+# built site in a real headless browser.
+test: unit-test book-test
+
+unit-test: $(STAMP) system-deps
+	$(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/test_book_site.py
+
+book-test: book system-deps
+	$(BIN)/python -m pytest --nbval-lax -q -p no:cacheprovider book/_executed/*.ipynb
+	CUBE_REQUIRE_BOOK=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_book_site.py
 
 smoke-test: $(STAMP)
 	$(BIN)/cube audit --check $(FROZEN)

@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "cube.commands.rescore",
     "cube.commands.confirm",
     "cube.commands.simulate",
+    "cube.commands.book",
 ]
 
 

@@ -479,10 +479,8 @@ def model_families(
 
     folder = Path(config_dir) if config_dir is not None else default_config_dir()
     families: dict[str, str] = {}
-    for name in ("models.yaml", "demo_models.yaml"):
-        path = folder / name
-        if not path.is_file():
-            continue
+    path = folder / "models.yaml"
+    if path.is_file():
         doc = load_yaml(path) or {}
         for section in ("checkpoints", "demo_models"):
             for model, entry in (doc.get(section) or {}).items():

@@ -75,14 +75,12 @@ def _parse_source(name: str, entry: Any, where: Path) -> ModelSource:
 
 
 def model_sources() -> dict[str, ModelSource]:
-    """The ``demo_models`` section, from config/models.yaml or (until merged) demo_models.yaml."""
-    for fname in ("models.yaml", "demo_models.yaml"):
-        path = config_dir() / fname
-        if path.exists():
-            data = load_yaml(path) or {}
-            if isinstance(data, dict) and "demo_models" in data:
-                return {n: _parse_source(n, e, path) for n, e in (data["demo_models"] or {}).items()}
-    raise ConfigError(f"no `demo_models` section in {config_dir() / 'models.yaml'} or demo_models.yaml")
+    """The ``demo_models`` section of config/models.yaml."""
+    path = config_dir() / "models.yaml"
+    data = load_yaml(path) or {}
+    if not isinstance(data, dict) or "demo_models" not in data:
+        raise ConfigError(f"no `demo_models` section in {path}")
+    return {n: _parse_source(n, e, path) for n, e in (data["demo_models"] or {}).items()}
 
 
 def model_source(name: str) -> ModelSource:
@@ -195,17 +193,32 @@ def ensure_model(name: str) -> Path:
 def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu"):
     """Load a demo model from the store: ``(transformers model in eval mode, tokenizers.Tokenizer)``.
 
-    The tokenizer is the model's own fast tokenizer backend, the object the backends and the
-    shared continuation-tokenization rule (``cube.tokenization``) work on.
+    The tokenizer is the one the audit reads from the same GGUF header (``cube.sources``), so the
+    harness scores exactly the tokens the audit predicted on. transformers' GGUF conversion is
+    used only where cube has no converter (SentencePiece GGUFs such as Gemma's): it can drop
+    pre-tokenizer steps (e.g. SmolLM's isolated digits, which split ``①`` from a leading space).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = _torch_dtype(dtype)
+    source = model_source(name)
     path = ensure_model(name)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(path).backend_tokenizer
+    tokenizer = header_tokenizer(source) or AutoTokenizer.from_pretrained(path).backend_tokenizer
     return model, tokenizer
+
+
+def header_tokenizer(source: ModelSource):
+    """cube's tokenizer from the GGUF header in the first part, or None if cube cannot convert it."""
+    from cube.errors import SourceError
+    from cube.sources import resolve_tokenizer
+
+    first = source.parts[0]
+    try:
+        return resolve_tokenizer(first.spec, first.sha256)
+    except SourceError:
+        return None
 
 
 def _torch_dtype(dtype: str):

@@ -38,7 +38,7 @@ from cube.tokenizer_build import tokenizer_from_gguf, tokenizer_from_tiktoken
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # Bump when a converter changes, so cached conversions are rebuilt.
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2
 
 
 @dataclass(frozen=True)

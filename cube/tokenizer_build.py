@@ -28,14 +28,21 @@ LLAMA3_PATTERN = (
 )
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
-PRE_PATTERNS = {
-    "qwen2": QWEN2_PATTERN,
-    "deepseek-r1-qwen": QWEN2_PATTERN,
-    "llama-bpe": LLAMA3_PATTERN,
-    "llama3": LLAMA3_PATTERN,
-    "smaug-bpe": LLAMA3_PATTERN,
-    "default": GPT2_PATTERN,
-    "gpt-2": GPT2_PATTERN,
+DIGIT_PATTERN = r"\p{N}"
+
+# Each pre type is a sequence of split patterns applied in turn (llama.cpp's regex lists).
+PRE_PATTERNS: dict[str, tuple[str, ...]] = {
+    "qwen2": (QWEN2_PATTERN,),
+    "deepseek-r1-qwen": (QWEN2_PATTERN,),
+    "llama-bpe": (LLAMA3_PATTERN,),
+    "llama3": (LLAMA3_PATTERN,),
+    "smaug-bpe": (LLAMA3_PATTERN,),
+    "default": (GPT2_PATTERN,),
+    "gpt-2": (GPT2_PATTERN,),
+    # StarCoder-style: every digit on its own, then GPT-2 splitting (SmolLM, StarCoder, Refact).
+    "smollm": (DIGIT_PATTERN, GPT2_PATTERN),
+    "starcoder": (DIGIT_PATTERN, GPT2_PATTERN),
+    "refact": (DIGIT_PATTERN, GPT2_PATTERN),
 }
 # Qwen's published tokenizers apply NFC before splitting; llama.cpp's pre types say nothing of it.
 NFC_PRES = {"qwen2", "deepseek-r1-qwen"}
@@ -75,15 +82,15 @@ def _bytes_to_token(raw: bytes) -> str:
     return "".join(table[b] for b in raw)
 
 
-def _byte_level_bpe(vocab: dict[str, int], merges: list[tuple[str, str]], pattern: str, nfc: bool,
-                    ignore_merges: bool = False) -> Tokenizer:
+def _byte_level_bpe(vocab: dict[str, int], merges: list[tuple[str, str]], patterns: tuple[str, ...],
+                    nfc: bool, ignore_merges: bool = False) -> Tokenizer:
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=ignore_merges))
     if nfc:
         tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    splits = [pre_tokenizers.Split(Regex(p), behavior="isolated", invert=False) for p in patterns]
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        splits + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
     tok.decoder = decoders.ByteLevel()
     return tok
 
@@ -159,7 +166,7 @@ def tokenizer_from_tiktoken(path: Path) -> Tokenizer:
         raise SourceError(f"{path}: empty tiktoken rank file")
     vocab = {_bytes_to_token(t): r for t, r in ranks.items()}
     merges = [(_bytes_to_token(a), _bytes_to_token(b)) for a, b in merges_from_ranks(ranks)]
-    tok = _byte_level_bpe(vocab, merges, LLAMA3_PATTERN, nfc=False, ignore_merges=True)
+    tok = _byte_level_bpe(vocab, merges, (LLAMA3_PATTERN,), nfc=False, ignore_merges=True)
     n = len(ranks)
     names = LLAMA3_SPECIAL + [f"<|reserved_special_token_{2 + i}|>" for i in range(LLAMA3_NUM_SPECIAL - len(LLAMA3_SPECIAL))]
     special_ids = {name: n + i for i, name in enumerate(names)}

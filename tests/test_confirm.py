@@ -159,9 +159,8 @@ def test_model_families_from_config_manifest_and_cli(tmp_path):
     real = model_families()
     assert real["qwen3-8b"] == "qwen3" and real["llama-3.1-8b"] == "llama3.1"
     (tmp_path / "models.yaml").write_text(yaml.safe_dump(
-        {"checkpoints": {"a": {"family": "qwen3"}, "b": {"family": "gemma3"}}}))
-    (tmp_path / "demo_models.yaml").write_text(yaml.safe_dump(
-        {"demo_models": {"tiny": {"family": "qwen2.5", "parts": []}, "nofam": {}}}))
+        {"checkpoints": {"a": {"family": "qwen3"}, "b": {"family": "gemma3"}},
+         "demo_models": {"tiny": {"family": "qwen2.5", "parts": []}, "nofam": {}}}))
     manifest = {"metadata": {"families": {"b": "llama3.1"}}}
     families = model_families(manifest, {"a": "gemma3"}, config_dir=tmp_path)
     assert families == {"a": "gemma3", "b": "llama3.1", "tiny": "qwen2.5"}

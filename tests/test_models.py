@@ -34,7 +34,7 @@ def test_demo_models_are_pinned_and_documented():
 
 def test_unquoted_all_digit_sha256_is_a_config_error(tmp_path, monkeypatch):
     _write_demo_config(tmp_path, "0" * 64)
-    path = tmp_path / "demo_models.yaml"
+    path = tmp_path / "models.yaml"
     path.write_text(path.read_text(encoding="utf-8").replace("'", ""), encoding="utf-8")
     monkeypatch.setenv("CUBE_CONFIG_DIR", str(tmp_path))
     with pytest.raises(ConfigError, match="model 'twice'.*sha256 0 is not 64 lowercase hex"):
@@ -49,7 +49,7 @@ def test_unknown_model_names_the_known_ones():
 def _write_demo_config(folder, gguf_sha256: str) -> None:
     spec, sha = QWEN3_TOKENIZER
     part = f'    - {{spec: "{spec}", sha256: {sha}}}\n'
-    (folder / "demo_models.yaml").write_text(
+    (folder / "models.yaml").write_text(
         "demo_models:\n  twice:\n    upstream: none\n    licence: test\n    provenance: test\n"
         f"    gguf_sha256: '{gguf_sha256}'\n    parts:\n" + part + part,
         encoding="utf-8",

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from cube.backends.base import (
     Backend, ContinuationLogprobs, ForwardCounter, GenerationResult, RequestPlan, ScoreRequest,
-    batches, count_plans, plan_request,
+    batches, count_plans, plan_request, token_batches,
 )
 from cube.errors import CubeError
 from cube.tokenization import Encoder, encode_ids
@@ -54,7 +54,8 @@ def _select_cache_rows(cache, rows):
 class HFBackend(Backend):
     def __init__(
         self, model, tokenizer: Encoder, add_special_tokens: bool = True,
-        eos_ids: frozenset[int] | None = None, head_chunk: int = 256, progress: bool = True,
+        eos_ids: frozenset[int] | None = None, max_batch_tokens: int = 2048, head_chunk: int = 256,
+        progress: bool = True,
     ):
         import torch
 
@@ -62,11 +63,15 @@ class HFBackend(Backend):
         self.model = model.eval()
         self.body = model.base_model  # the decoder stack without the output layer
         self.head = model.get_output_embeddings()
+        self.head_weight = self.head.weight.detach().float()
+        bias = getattr(self.head, "bias", None)
+        self.head_bias = None if bias is None else bias.detach().float()
         self.softcap = getattr(model.config, "final_logit_softcapping", None)
         self.device = next(model.parameters()).device
         self.tokenizer = tokenizer
         self.add_special_tokens = add_special_tokens
         self.eos_ids = eos_token_ids(model) if eos_ids is None else frozenset(eos_ids)
+        self.max_batch_tokens = max_batch_tokens  # padded tokens per forward, besides batch_size rows
         self.head_chunk = head_chunk
         self.progress = progress
         self.pad_id = 0  # any valid id: padded positions are masked out and never scored
@@ -76,7 +81,10 @@ class HFBackend(Backend):
     # -- the model split in two: body (all positions) and head (scored positions only) ----------
 
     def _logits(self, hidden):
-        logits = self.head(hidden).float()
+        # The output layer runs in fp32 even for a bf16 model: it touches only the scored rows,
+        # and bf16 logits are coarse enough to make distinct labels tie exactly, which would
+        # pollute the tie rates that confirm the audit's predictions.
+        logits = self.torch.nn.functional.linear(hidden.float(), self.head_weight, self.head_bias)
         if self.softcap:
             logits = self.torch.tanh(logits / self.softcap) * self.softcap
         return logits
@@ -120,12 +128,13 @@ class HFBackend(Backend):
     def score(self, requests: list[ScoreRequest], batch_size: int = 16) -> list[list[ContinuationLogprobs]]:
         plans = [plan_request(self.tokenizer, r, self.add_special_tokens) for r in requests]
         count_plans(self.counter, plans)
-        order = sorted(range(len(plans)), key=lambda i: plans[i].longest, reverse=True)
+        order = sorted(range(len(plans)), key=lambda i: plans[i].shared_len, reverse=True)
+        lengths = [plans[i].shared_len for i in order]
         results: list[list[ContinuationLogprobs] | None] = [None] * len(plans)
         with self.torch.inference_mode(), tqdm(
             total=len(plans), desc="score", unit="item", disable=not self.progress
         ) as bar:
-            for chunk in batches(order, batch_size):
+            for chunk in token_batches(order, lengths, batch_size, self.max_batch_tokens):
                 for i, res in zip(chunk, self._score_batch([plans[i] for i in chunk], batch_size)):
                     results[i] = res
                 bar.update(len(chunk))
@@ -141,8 +150,9 @@ class HFBackend(Backend):
         # Continuations with tokens past the shared prefix: run them on copies of its cache.
         ext = [(b, j) for b, p in enumerate(plans) for j in range(len(p.continuations)) if p.suffix_ids(j)]
         ext.sort(key=lambda bj: len(plans[bj[0]].suffix_ids(bj[1])), reverse=True)
+        ext_lengths = [len(plans[b].suffix_ids(j)) for b, j in ext]
         ext_hidden = {}
-        for sub in batches(ext, batch_size) if ext else []:
+        for sub in token_batches(ext, ext_lengths, batch_size, self.max_batch_tokens):
             suffixes = [plans[b].suffix_ids(j) for b, j in sub]
             width = max(len(s) for s in suffixes)
             rows = torch.tensor([b for b, _ in sub], device=self.device)

@@ -1,0 +1,310 @@
+"""Executing the claim notebooks and building the offline book.
+
+The notebooks live as MyST markdown in ``notebooks/``; ``config/notebooks.yaml`` lists each
+execution (one notebook may run several times with different parameters). Each execution is
+converted with jupytext, run by papermill with its parameters, and written to
+``book/_executed/<name>.ipynb`` only once it has run to the end: a claim (an ``assert``) that no
+longer holds fails the run, and then no executed copy is left for the book to render stale.
+
+The book is Jupyter Book 1 with ``execute_notebooks: off``: it renders these executed copies. Its
+JavaScript is local: the vega bundle (``cube.charts``) in the static path and MathJax 3, fetched
+from the npm registry, in ``html_extra_path`` (JB1 would inject every script of the static path
+into every page, MathJax's hundred lazy-loaded components included).
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cube.config import REPO_ROOT, config_dir, load_yaml
+from cube.errors import ConfigError, SourceError
+
+EXECUTED_DIR = REPO_ROOT / "book" / "_executed"
+ASSETS_DIR = REPO_ROOT / "build" / "book"
+STATIC_DIR = ASSETS_DIR / "static"  # html_static_path: the vega bundle
+EXTRA_DIR = ASSETS_DIR / "extra"  # html_extra_path: copied verbatim into the site root
+MATHJAX_DIR = EXTRA_DIR / "_static" / "mathjax"
+MATHJAX_PACKAGE = "mathjax@3"
+HTML_DIR = REPO_ROOT / "_build" / "html"
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+@dataclass(frozen=True)
+class NotebookRun:
+    """One execution: a notebook source, the parameters it runs with, the output's name."""
+
+    name: str
+    source: Path
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    def output(self, out_dir: str | Path = EXECUTED_DIR) -> Path:
+        return Path(out_dir) / f"{self.name}.ipynb"
+
+
+# ---- the plan -----------------------------------------------------------------------------------
+
+def load_plan(path: str | Path | None = None) -> list[NotebookRun]:
+    """The executions listed in ``config/notebooks.yaml`` (or ``path``), checked up front.
+
+    Names become file names and must be unique; every source must exist and every parameter must
+    be declared in the notebook's ``parameters`` cell, so a typo fails here, not as a silently
+    ignored papermill injection.
+    """
+    path = Path(path) if path else config_dir() / "notebooks.yaml"
+    raw = load_yaml(path)
+    entries = raw.get("notebooks") if isinstance(raw, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{path}: expected a non-empty list under 'notebooks'")
+    runs: list[NotebookRun] = []
+    for i, entry in enumerate(entries):
+        where = f"{path} notebooks[{i}]"
+        if not isinstance(entry, dict) or not entry.get("name") or not entry.get("source"):
+            raise ConfigError(f"{where}: each entry needs a 'name' and a 'source'")
+        unknown = sorted(set(map(str, entry)) - {"name", "source", "parameters"})
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: name, parameters, source")
+        name = str(entry["name"])
+        if not _NAME.fullmatch(name):
+            raise ConfigError(f"{where}: name {name!r} must be letters, digits, '_', '-' or '.'")
+        if any(r.name == name for r in runs):
+            raise ConfigError(f"{where}: name {name!r} is used twice")
+        source = Path(entry["source"])
+        source = source if source.is_absolute() else REPO_ROOT / source
+        parameters = entry.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise ConfigError(f"{where}: 'parameters' must be a mapping")
+        run = NotebookRun(name, source, dict(parameters))
+        check_parameters(run)
+        runs.append(run)
+    return runs
+
+
+def select_runs(plan: list[NotebookRun], only: Iterable[str] | None) -> list[NotebookRun]:
+    """The runs named in ``only``: by run name, else by notebook (every run of that source)."""
+    wanted = list(only or [])
+    if not wanted:
+        return plan
+    chosen = []
+    for name in wanted:
+        hits = [r for r in plan if r.name == name] or [r for r in plan if r.source.stem == name]
+        if not hits:
+            raise ConfigError(f"unknown notebook {name!r}; known: {', '.join(r.name for r in plan)}")
+        chosen += [r for r in hits if r not in chosen]
+    return chosen
+
+
+def with_parameters(run: NotebookRun, overrides: dict[str, Any]) -> NotebookRun:
+    """The same run with some parameters replaced (``cube book execute --param``)."""
+    updated = NotebookRun(run.name, run.source, {**run.parameters, **overrides})
+    check_parameters(updated)
+    return updated
+
+
+# ---- notebooks ----------------------------------------------------------------------------------
+
+def read_myst_notebook(source: str | Path):
+    """A MyST-markdown notebook as an nbformat notebook; its front matter must name a kernel."""
+    import jupytext
+
+    source = Path(source)
+    if not source.is_file():
+        raise ConfigError(f"notebook not found: {source}")
+    nb = jupytext.read(source, fmt="md:myst")
+    kernel = nb.metadata.get("kernelspec", {}).get("name")
+    if not kernel:
+        raise ConfigError(f"{source}: the front matter has no kernelspec (papermill needs one)")
+    return nb
+
+
+def declared_parameters(nb, source: str | Path = "notebook") -> set[str]:
+    """Names assigned in the cell tagged ``parameters`` (read, not executed)."""
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise ConfigError(f"{source}: needs exactly one cell tagged 'parameters', found {len(cells)}")
+    try:
+        tree = ast.parse(cells[0].source)
+    except SyntaxError as exc:
+        raise ConfigError(f"{source}: the parameters cell does not parse (line {exc.lineno})") from None
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def check_parameters(run: NotebookRun) -> None:
+    declared = declared_parameters(read_myst_notebook(run.source), run.source)
+    unknown = sorted(set(run.parameters) - declared)
+    if unknown:
+        raise ConfigError(
+            f"{run.name}: parameter {unknown[0]!r} is not in {run.source.name}'s parameters cell "
+            f"(declared: {', '.join(sorted(declared))})"
+        )
+
+
+def execute_notebook(run: NotebookRun, out_dir: str | Path = EXECUTED_DIR) -> Path:
+    """Convert, execute with papermill, and publish ``<out_dir>/<name>.ipynb`` atomically.
+
+    Papermill saves the output as it goes, so it writes into a temp file in ``out_dir`` that is
+    renamed only after the last cell ran. On failure the stale output is removed (the book must
+    not render a claim that no longer holds) and the partial run is kept as
+    ``<out_dir>/failed/<name>.ipynb`` for the reader to inspect; papermill's error is re-raised.
+    """
+    import jupytext
+    import papermill
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    nb = read_myst_notebook(run.source)
+    target = run.output(out_dir)
+    failed = out_dir / "failed" / f"{run.name}.ipynb"
+    with tempfile.TemporaryDirectory(prefix=".cube-book-") as tmp:
+        converted = Path(tmp) / f"{run.name}.ipynb"
+        jupytext.write(nb, converted, fmt="ipynb")
+        fd, partial = tempfile.mkstemp(dir=out_dir, prefix=f".{run.name}.", suffix=".tmp.ipynb")
+        os.close(fd)
+        try:
+            papermill.execute_notebook(
+                str(converted), partial, parameters=run.parameters, cwd=str(REPO_ROOT),
+                kernel_name=nb.metadata["kernelspec"]["name"], progress_bar=False, log_output=False,
+            )
+            os.chmod(partial, 0o644)
+            os.replace(partial, target)
+        except BaseException:
+            target.unlink(missing_ok=True)
+            if os.path.exists(partial) and os.path.getsize(partial):
+                failed.parent.mkdir(exist_ok=True)
+                os.replace(partial, failed)
+            raise
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
+    failed.unlink(missing_ok=True)
+    return target
+
+
+def missing_outputs(runs: list[NotebookRun], out_dir: str | Path = EXECUTED_DIR) -> list[Path]:
+    return [r.output(out_dir) for r in runs if not r.output(out_dir).is_file()]
+
+
+# ---- offline assets -----------------------------------------------------------------------------
+
+def fetch_mathjax(dest: str | Path = MATHJAX_DIR, package: str = MATHJAX_PACKAGE) -> Path:
+    """MathJax's ``es5`` build from the npm registry into ``dest`` (kept once fetched).
+
+    ``npm pack`` checks the tarball against the registry's integrity hash; the version and that
+    hash are recorded in ``dest/.npm-pack.json``. The folder is filled in a temp sibling and
+    renamed, so an interrupted fetch leaves nothing half-extracted.
+    """
+    dest = Path(dest)
+    if (dest / ".npm-pack.json").is_file() and (dest / "tex-chtml.js").is_file():
+        return dest
+    npm = shutil.which("npm")
+    if npm is None:
+        raise SourceError(f"{package}: npm is not installed (needed to fetch MathJax for the book)")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".mathjax-") as tmp:
+        proc = subprocess.run([npm, "pack", package, "--json", "--pack-destination", tmp], check=False,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise SourceError(f"{package}: npm pack failed: {last}")
+        info = json.loads(proc.stdout)[0]
+        staged = Path(tmp) / "mathjax"
+        with tarfile.open(Path(tmp) / info["filename"]) as tar:
+            members = [m for m in tar.getmembers() if m.isfile() and m.name.startswith("package/es5/")]
+            for m in members:
+                m.name = m.name[len("package/es5/"):]
+            tar.extractall(staged, members=members, filter="data")
+        stamp = {k: info.get(k) for k in ("name", "version", "integrity", "shasum")}
+        (staged / ".npm-pack.json").write_text(json.dumps(stamp, indent=1) + "\n", encoding="utf-8")
+        if dest.exists():
+            shutil.rmtree(dest)
+        staged.rename(dest)
+    return dest
+
+
+def prepare_assets() -> tuple[Path, Path]:
+    """The vega bundle and MathJax, where ``_config.yml`` expects them."""
+    from cube.charts import write_vega_bundle
+
+    return write_vega_bundle(STATIC_DIR), fetch_mathjax(MATHJAX_DIR)
+
+
+def jupyter_book_command() -> str:
+    local = Path(sys.executable).with_name("jupyter-book")
+    found = str(local) if local.is_file() else shutil.which("jupyter-book")
+    if not found:
+        raise SourceError("jupyter-book is not installed (pip install 'jupyter-book<2')")
+    return found
+
+
+def build_book(root: str | Path = REPO_ROOT, strict: bool = True) -> subprocess.CompletedProcess:
+    """``jupyter-book build --all``: a clean build, since incremental ones miss static files.
+
+    ``strict`` turns Sphinx warnings into errors: a glue key that a notebook no longer produces
+    is only a warning to Sphinx, but it means a number is missing from the paper.
+    """
+    html_dir = Path(root) / "_build" / "html"
+    if html_dir.exists():  # --all rebuilds every page but leaves pages of removed sources behind
+        shutil.rmtree(html_dir)
+    cmd = [jupyter_book_command(), "build", "--all", str(root)]
+    if strict:
+        cmd += ["-W", "--keep-going"]
+    return subprocess.run(cmd, cwd=str(root), check=False)
+
+
+# ---- small helpers for notebooks ----------------------------------------------------------------
+
+def html_table(header: list[str], rows: Iterable[Iterable[Any]]) -> str:
+    """An escaped HTML table, for glueing tables into the prose (cross-page glue takes HTML)."""
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows
+    )
+    # overflow-wrap: long unbroken cells (sha256s, package paths) wrap instead of overflowing
+    return f'<table class="table" style="overflow-wrap: anywhere"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+# ---- Sphinx extension (``sphinx: extra_extensions: [cube.book]`` in _config.yml) ---------------
+
+def _asset_key(asset: Any) -> tuple:
+    # An inline script is registered once with filename None and once with "": the same script.
+    filename = getattr(asset, "filename", str(asset)) or ""
+    return (filename, tuple(sorted(getattr(asset, "attributes", {}).items())))
+
+
+def _dedupe_page_assets(app, pagename, templatename, context, doctree) -> None:
+    """Drop repeated script/stylesheet entries from a page.
+
+    Under JB1 (Sphinx 7.4) sphinx-thebe's inline ``const THEBE_JS_URL = ...`` script lands in
+    every page twice (once from the registry, with filename "", once from the builder, with
+    None); the second copy is a SyntaxError in the console ("Identifier has already
+    been declared"). Keeping the first of equal entries (same file, same attributes, whatever the
+    priority) fixes that without touching the extensions.
+    """
+    for key in ("script_files", "css_files"):
+        if key in context:
+            seen: dict[tuple, Any] = {}
+            for asset in context[key]:
+                seen.setdefault(_asset_key(asset), asset)
+            context[key] = list(seen.values())
+
+
+def setup(app) -> dict:
+    app.connect("html-page-context", _dedupe_page_assets, priority=900)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

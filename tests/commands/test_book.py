@@ -1,0 +1,68 @@
+"""``cube book``: executing one claim with the reader's parameters, and failing loudly."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from cube import book, cli
+from cube.commands.book import parse_params
+from cube.errors import ConfigError
+
+
+@pytest.fixture
+def cube(monkeypatch, tmp_path, capsys):
+    """The real ``cube`` entry point, with the book command, writing into a temp folder."""
+    if "cube.commands.book" not in cli.COMMAND_MODULES:  # until the lead registers it
+        monkeypatch.setattr(cli, "COMMAND_MODULES", [*cli.COMMAND_MODULES, "cube.commands.book"])
+    monkeypatch.setattr(book, "EXECUTED_DIR", tmp_path / "executed")
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = cli.main(["book", *argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def test_params_are_read_as_yaml_or_json():
+    assert parse_params(['extra_label_sets=["roman=Ⅰ,Ⅱ,Ⅲ,Ⅳ"]', "n=3", "x=null", "s=abc"]) == {
+        "extra_label_sets": ["roman=Ⅰ,Ⅱ,Ⅲ,Ⅳ"], "n": 3, "x": None, "s": "abc"}
+    with pytest.raises(ConfigError, match="must look like NAME=VALUE"):
+        parse_params(["no-equals-sign"])
+    with pytest.raises(ConfigError, match="not valid YAML/JSON"):
+        parse_params(["x=[unclosed"])
+
+
+def test_execute_one_claim_with_a_parameter(cube, tmp_path):
+    code, out, _ = cube("execute", "--only", "07_partial_credit", "--param", 'exams=["thpt2025_math"]')
+    assert code == 0
+    produced = tmp_path / "executed" / "07_partial_credit.ipynb"
+    assert f"executed 07_partial_credit -> {produced}" in out
+    claims = nbformat.read(produced, as_version=4).cells[-1].outputs[0]["text"]
+    assert "thpt2025_math: baseline 1.975 (ladder) < 2.75 (additive)" in claims
+    assert "thpt2025_standard" not in claims
+
+
+def test_a_claim_that_stops_holding_fails_the_command(cube, tmp_path):
+    concave = tmp_path / "concave.yaml"  # pays more than additive for 1..3 right: claim 7 fails
+    concave.write_text("statements: 4\npoints: [0, 0.5, 0.75, 0.9, 1]\n", encoding="utf-8")
+    code, _, err = cube("execute", "--only", "07_partial_credit", "--param", f"scheme={concave}")
+    assert code == 1
+    assert err.startswith("cube: notebook 07_partial_credit failed in cell ")
+    assert "AssertionError: the ladder pays more than additive for some count" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "executed" / "07_partial_credit.ipynb").exists()
+    assert (tmp_path / "executed" / "failed" / "07_partial_credit.ipynb").is_file()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["execute", "--only", "nope"], "unknown notebook 'nope'"),
+    (["execute", "--only", "07_partial_credit", "--param", "exam=[]"], "parameter 'exam' is not in 07_partial_credit.md"),
+    (["execute", "--param", "scheme=ladder"], "01_tokenizer_audit: parameter 'scheme' is not in"),
+    (["build"], "book/_executed/01_tokenizer_audit.ipynb is missing: run `cube book execute` first"),
+])
+def test_bad_input_is_one_line_and_exit_2(cube, argv, message):
+    code, _, err = cube(*argv)
+    assert code == 2 and err.startswith("cube: error: ") and message in err.replace(str(book.EXECUTED_DIR), "book/_executed")
+    assert len(err.strip().splitlines()) == 1

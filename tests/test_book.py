@@ -1,0 +1,281 @@
+"""cube.book: the plan of notebook runs, their execution, and the book's wiring.
+
+`make book-test` also runs `pytest --nbval-lax book/_executed/*.ipynb`, which re-executes the
+executed notebooks and compares the outputs of the cells tagged ``nbval-check-output`` (the
+claims); the tests here check that this tagging works and that the plan, the TOC and the
+configuration agree.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+from papermill.exceptions import PapermillExecutionError
+
+from cube import book
+from cube.book import (
+    EXECUTED_DIR,
+    EXTRA_DIR,
+    MATHJAX_DIR,
+    STATIC_DIR,
+    NotebookRun,
+    declared_parameters,
+    execute_notebook,
+    fetch_mathjax,
+    html_table,
+    load_plan,
+    read_myst_notebook,
+    select_runs,
+    with_parameters,
+)
+from cube.charts import BUNDLE_NAME
+from cube.config import REPO_ROOT
+from cube.errors import ConfigError
+
+CONFIG = yaml.safe_load((REPO_ROOT / "_config.yml").read_text(encoding="utf-8"))
+TOC = yaml.safe_load((REPO_ROOT / "_toc.yml").read_text(encoding="utf-8"))
+
+# An invented notebook: one parameter, one claim about it.
+INVENTED = textwrap.dedent('''\
+    ---
+    kernelspec:
+      display_name: Python 3
+      language: python
+      name: python3
+    ---
+    # An invented claim
+
+    ```{code-cell} ipython3
+    :tags: [parameters]
+
+    threshold = 3  # the claim holds below 10
+    label = "x"
+    ```
+
+    ```{code-cell} ipython3
+    :tags: [nbval-check-output]
+
+    print(f"threshold {threshold} label {label}")
+    assert threshold < 10, f"threshold {threshold} is too large"
+    ```
+    ''')
+
+
+@pytest.fixture
+def invented(tmp_path) -> Path:
+    path = tmp_path / "invented.md"
+    path.write_text(INVENTED, encoding="utf-8")
+    return path
+
+
+def write_plan(tmp_path: Path, entries: list) -> Path:
+    path = tmp_path / "notebooks.yaml"
+    path.write_text(yaml.safe_dump({"notebooks": entries}, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+# ---- the real plan, TOC and configuration agree -------------------------------------------------
+
+def toc_files() -> list[str]:
+    return [ch["file"] for part in TOC["parts"] for ch in part["chapters"]]
+
+
+def test_toc_appendix_lists_exactly_the_planned_executions():
+    plan = load_plan()
+    appendix = [f for f in toc_files() if f.startswith("book/_executed/")]
+    assert appendix == [r.output(EXECUTED_DIR).relative_to(REPO_ROOT).with_suffix("").as_posix() for r in plan]
+    assert len({r.name for r in plan}) == len(plan)
+
+
+def test_every_prose_page_in_the_toc_exists():
+    for f in [TOC["root"], *toc_files()]:
+        if not f.startswith("book/_executed/"):
+            assert (REPO_ROOT / f"{f}.md").is_file(), f
+
+
+def test_config_renders_pre_executed_notebooks_with_local_assets():
+    sphinx = CONFIG["sphinx"]["config"]
+    assert CONFIG["execute"]["execute_notebooks"] == "off"
+    assert sphinx["html_static_path"] == [STATIC_DIR.relative_to(REPO_ROOT).as_posix()]
+    assert sphinx["html_js_files"] == [BUNDLE_NAME]
+    assert sphinx["html_extra_path"] == [EXTRA_DIR.relative_to(REPO_ROOT).as_posix()]
+    # mathjax_path is relative to _static/ in the site; html_extra_path copies EXTRA_DIR to the root
+    assert EXTRA_DIR / "_static" / sphinx["mathjax_path"] == MATHJAX_DIR / "tex-chtml.js"
+    assert "cube.book" in CONFIG["sphinx"]["extra_extensions"]
+    assert not (REPO_ROOT / "_static").exists(), "JB1 would inject every script of a root _static/"
+
+
+def test_claim_notebooks_have_a_kernel_parameters_and_checked_assertions():
+    for run in load_plan():
+        nb = read_myst_notebook(run.source)
+        assert declared_parameters(nb, run.source)
+        claims = [c for c in nb.cells if "nbval-check-output" in c.metadata.get("tags", [])]
+        assert claims and all("assert " in c.source for c in claims), run.source
+        assert nb.cells[-1] in claims, f"{run.source}: the claims are not the last cell"
+
+
+# ---- loading the plan ---------------------------------------------------------------------------
+
+def test_plan_reads_names_sources_and_parameters(tmp_path, invented):
+    plan = load_plan(write_plan(tmp_path, [
+        {"name": "one", "source": str(invented)},
+        {"name": "two", "source": str(invented), "parameters": {"threshold": 5}},
+    ]))
+    assert [(r.name, r.source, r.parameters) for r in plan] == [
+        ("one", invented, {}), ("two", invented, {"threshold": 5})]
+
+
+@pytest.mark.parametrize("entries, message", [
+    ([{"name": "a", "source": "{nb}"}, {"name": "a", "source": "{nb}"}], "name 'a' is used twice"),
+    ([{"name": "a", "source": "{nb}", "parameters": {"treshold": 1}}], "parameter 'treshold' is not in invented.md"),
+    ([{"name": "a/b", "source": "{nb}"}], "name 'a/b' must be"),
+    ([{"name": "a", "source": "{nb}", "params": {}}], "unknown key(s) params"),
+    ([{"name": "a", "source": "missing.md"}], "notebook not found"),
+    ([{"name": "a"}], "needs a 'name' and a 'source'"),
+    ([], "expected a non-empty list"),
+])
+def test_plan_errors_name_the_bad_value(tmp_path, invented, entries, message):
+    entries = json.loads(json.dumps(entries).replace("{nb}", str(invented)))
+    with pytest.raises(ConfigError) as exc:
+        load_plan(write_plan(tmp_path, entries))
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_select_runs_by_run_name_or_by_notebook():
+    plan = load_plan()
+    assert [r.name for r in select_runs(plan, ["07_partial_credit"])] == ["07_partial_credit"]
+    assert [r.name for r in select_runs(plan, ["01_tokenizer_audit"])] == ["01_tokenizer_audit"]
+    by_notebook = [r.name for r in select_runs(plan[1:], ["01_tokenizer_audit"])]  # no run of that name
+    assert by_notebook == [r.name for r in plan[1:] if r.source.stem == "01_tokenizer_audit"] == ["01_tokenizer_audit_roman"]
+    assert select_runs(plan, []) == plan
+    with pytest.raises(ConfigError, match="unknown notebook 'nope'"):
+        select_runs(plan, ["nope"])
+
+
+def test_parameter_overrides_are_checked_against_the_notebook(invented):
+    run = NotebookRun("x", invented, {"threshold": 1})
+    assert with_parameters(run, {"label": "y"}).parameters == {"threshold": 1, "label": "y"}
+    with pytest.raises(ConfigError, match="parameter 'labels' is not in invented.md"):
+        with_parameters(run, {"labels": "y"})
+
+
+def test_a_notebook_without_kernelspec_or_with_two_parameter_cells_is_refused(tmp_path, invented):
+    bare = tmp_path / "bare.md"
+    bare.write_text(INVENTED.split("---\n", 2)[2], encoding="utf-8")
+    with pytest.raises(ConfigError, match="no kernelspec"):
+        read_myst_notebook(bare)
+    twice = tmp_path / "twice.md"
+    twice.write_text(INVENTED.replace("[nbval-check-output]", "[parameters]"), encoding="utf-8")
+    with pytest.raises(ConfigError, match="exactly one cell tagged 'parameters', found 2"):
+        declared_parameters(read_myst_notebook(twice), twice)
+
+
+# ---- execution ----------------------------------------------------------------------------------
+
+def stdout_of(nb_path: Path) -> str:
+    nb = nbformat.read(nb_path, as_version=4)
+    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+def test_execute_injects_parameters_and_publishes_the_output(tmp_path, invented):
+    out = execute_notebook(NotebookRun("inv", invented, {"threshold": 7, "label": "Ⅳ"}), tmp_path / "out")
+    assert out == tmp_path / "out" / "inv.ipynb"
+    assert "threshold 7 label Ⅳ" in stdout_of(out)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["inv.ipynb"]  # no temp file left
+
+
+def test_a_failing_claim_fails_the_run_and_leaves_no_stale_output(tmp_path, invented):
+    out_dir = tmp_path / "out"
+    execute_notebook(NotebookRun("inv", invented), out_dir)
+    assert (out_dir / "inv.ipynb").is_file()
+    with pytest.raises(PapermillExecutionError) as exc:
+        execute_notebook(NotebookRun("inv", invented, {"threshold": 12}), out_dir)
+    assert exc.value.ename == "AssertionError" and "threshold 12 is too large" in exc.value.evalue
+    assert not (out_dir / "inv.ipynb").exists()  # the book cannot render the old claim
+    assert "threshold 12" in stdout_of(out_dir / "failed" / "inv.ipynb")
+    assert sorted(p.name for p in out_dir.iterdir()) == ["failed"]
+
+
+@pytest.fixture(scope="module")
+def partial_credit(tmp_path_factory) -> Path:
+    """The real claim notebook 7, executed as the book executes it."""
+    run = select_runs(load_plan(), ["07_partial_credit"])[0]
+    return execute_notebook(run, tmp_path_factory.mktemp("executed"))
+
+
+def test_partial_credit_notebook_states_its_claims(partial_credit):
+    text = stdout_of(partial_credit)
+    assert "ladder: closed form 49/160 = 0.30625, enumeration 49/160 = 0.30625" in text
+    assert "thpt2025_standard: baseline 2.725 (ladder) < 3.5 (additive)" in text
+
+
+def nbval(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "--nbval-lax", "-q", "-p", "no:cacheprovider", str(path)],
+        capture_output=True, text=True, cwd=path.parent, check=False,
+    )
+
+
+def test_nbval_checks_the_claim_cells_output(partial_credit, tmp_path):
+    assert nbval(partial_credit).returncode == 0
+    nb = nbformat.read(partial_credit, as_version=4)
+    claim = nb.cells[-1]
+    assert "nbval-check-output" in claim.metadata.tags
+    claim.outputs[0]["text"] = claim.outputs[0]["text"].replace("2.725", "2.750")
+    tampered = tmp_path / "tampered.ipynb"
+    nbformat.write(nb, tampered)
+    proc = nbval(tampered)
+    assert proc.returncode != 0 and "2.750" in proc.stdout
+
+
+# ---- helpers and the Sphinx hook ----------------------------------------------------------------
+
+def test_html_table_escapes_cells():
+    table = html_table(["a", "b<c"], [("<script>", "x&y")])
+    assert "<script>" not in table and "&lt;script&gt;" in table and "x&amp;y" in table
+    assert table.count("<tr>") == 2
+
+
+def test_page_assets_are_deduplicated_keeping_the_first():
+    from sphinx.builders.html._assets import _JavaScript
+
+    inline = 'const THEBE_JS_URL = "x"'
+    scripts = [_JavaScript("", body=inline), _JavaScript("_static/a.js"), _JavaScript(None, body=inline, priority=600),
+               _JavaScript("_static/a.js", defer="defer"), _JavaScript("_static/a.js")]
+    context = {"script_files": scripts}
+    book._dedupe_page_assets(None, "page", "page.html", context, None)
+    assert context["script_files"] == [scripts[0], scripts[1], scripts[3]]
+
+
+@pytest.mark.registry
+def test_mathjax_is_fetched_from_npm_once(tmp_path):
+    dest = fetch_mathjax(tmp_path / "mathjax")
+    stamp = json.loads((dest / ".npm-pack.json").read_text())
+    assert stamp["name"] == "mathjax" and stamp["version"].startswith("3.") and stamp["integrity"].startswith("sha512-")
+    assert (dest / "tex-chtml.js").is_file() and (dest / "output" / "chtml" / "fonts" / "woff-v2").is_dir()
+    before = (dest / "tex-chtml.js").stat().st_mtime_ns
+    assert fetch_mathjax(dest) == dest and (dest / "tex-chtml.js").stat().st_mtime_ns == before
+    assert [p.name for p in tmp_path.iterdir()] == ["mathjax"]  # no temp folder left behind
+
+
+def test_a_number_missing_from_the_notebooks_fails_the_strict_build(tmp_path, invented):
+    """Prose pastes numbers by glue key; a key no notebook produces must not build silently."""
+    source = tmp_path / "glued.md"
+    source.write_text(INVENTED.replace('print(f"threshold', 'from myst_nb import glue\nglue("t", threshold, display=False)\nprint(f"threshold'),
+                      encoding="utf-8")
+    execute_notebook(NotebookRun("nb", source, {"threshold": 4}), tmp_path)
+    (tmp_path / "_config.yml").write_text('title: t\nonly_build_toc_files: true\nexecute:\n  execute_notebooks: "off"\n')
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: nb\n")
+    intro = tmp_path / "intro.md"
+    intro.write_text("# Intro\n\nThe threshold is {glue:text}`nb.ipynb::t:s`.\n")
+    assert book.build_book(tmp_path).returncode == 0
+    assert '<span class="pasted-text">4</span>' in (tmp_path / "_build" / "html" / "intro.html").read_text()
+    intro.write_text("# Intro\n\nThe threshold is {glue:text}`nb.ipynb::missing:s`.\n")
+    assert book.build_book(tmp_path).returncode != 0
