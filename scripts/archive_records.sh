@@ -10,18 +10,26 @@ MODELS=("$@")
 [ ${#MODELS[@]} -gt 0 ] || MODELS=(smollm2-135m-instruct gemma-3-270m qwen2.5-coder-0.5b-instruct qwen2.5-coder-1.5b-instruct)
 COMMON=(--benchmark cmmlu --split test --seed 0 --out "$OUT" --dtype bfloat16)
 
-for model in "${MODELS[@]}"; do
-  # every label set under the Chinese cue: label scorers + cloze scorers (600 items, all 67 subjects)
-  $CUBE run --model "$model" --sample 600 "${COMMON[@]}" \
+# Step-major order, so that an interrupted session leaves every model with the headline cells.
+label_sets_zh() {  # every label set under the Chinese cue: label scorers + cloze (600 items, 67 subjects)
+  $CUBE run --model "$1" --sample 600 "${COMMON[@]}" \
     --label-sets L1_halfwidth,L2_fullwidth,L3_ganzhi,L4_circled --cues zh_cue \
     --scorers M1-seq,M1-strict,M2,M3,M4,M5
-  # the English whitespace pair on ABCD
-  $CUBE run --model "$model" --sample 600 "${COMMON[@]}" \
+}
+whitespace_pair() {  # the English whitespace pair on ABCD
+  $CUBE run --model "$1" --sample 600 "${COMMON[@]}" \
     --label-sets L1_halfwidth --cues en_label_space,en_prompt_space --scorers M1-seq,M1-strict
-  # M6 answer-only generation on ABCD
-  $CUBE run --model "$model" --sample 600 "${COMMON[@]}" \
-    --label-sets L1_halfwidth --cues zh_cue --scorers M6
-  # 5-shot on ABCD for a subset (2 items per subject)
-  $CUBE run --model "$model" --sample 134 "${COMMON[@]}" \
+}
+answer_only() {  # M6 answer-only generation on ABCD
+  $CUBE run --model "$1" --sample 600 "${COMMON[@]}" --label-sets L1_halfwidth --cues zh_cue --scorers M6
+}
+five_shot() {  # 5-shot on ABCD for a subset (2 items per subject)
+  $CUBE run --model "$1" --sample 134 "${COMMON[@]}" \
     --label-sets L1_halfwidth --cues zh_cue --shots 5 --scorers M1-seq,M1-strict
+}
+
+for step in label_sets_zh whitespace_pair answer_only five_shot; do
+  for model in "${MODELS[@]}"; do
+    "$step" "$model"
+  done
 done

@@ -45,14 +45,15 @@ def qwen3_tokenizer(family_sources):
 def tiny_qwen3(qwen3_tokenizer):
     """A tiny random-weight Qwen3 with the REAL Qwen3 vocabulary: runs in CI in seconds.
 
-    Random but peaked (large init) so greedy argmax never hinges on float noise.
+    Random but peaked (large init) so greedy argmax never hinges on float noise. Four heads of
+    32: vLLM's CPU attention needs head_dim >= 32.
     """
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(1234)
     config = transformers.Qwen3Config(
-        vocab_size=qwen3_tokenizer.get_vocab_size(), hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+        vocab_size=qwen3_tokenizer.get_vocab_size(), hidden_size=128, intermediate_size=256,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
         max_position_embeddings=4096, tie_word_embeddings=True, initializer_range=0.2,
         eos_token_id=qwen3_tokenizer.token_to_id("<|im_end|>"),
     )

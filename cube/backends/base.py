@@ -140,7 +140,31 @@ def batches(order: list[int], size: int) -> list[list[int]]:
     return [order[i:i + size] for i in range(0, len(order), size)]
 
 
+def token_batches(order: list, lengths: list[int], max_rows: int, max_tokens: int) -> list[list]:
+    """Consecutive runs of ``order`` (sorted longest first) of at most ``max_rows`` rows and
+    ``max_tokens`` padded tokens (a run's rows times its longest row), but never empty.
+
+    A fixed row count wastes most of a batch on padding when lengths vary widely (a long tail of
+    long questions); a token budget shrinks the batches of long rows and grows those of short ones.
+    """
+    if max_rows < 1 or max_tokens < 1:
+        raise CubeError(f"batch limits must be at least 1, got {max_rows} rows and {max_tokens} tokens")
+    out: list[list] = []
+    current: list = []
+    longest = 0
+    for key, n in zip(order, lengths):
+        grown = max(longest, n)
+        if current and (len(current) + 1 > max_rows or (len(current) + 1) * grown > max_tokens):
+            out.append(current)
+            current, grown = [], n
+        current.append(key)
+        longest = grown
+    if current:
+        out.append(current)
+    return out
+
+
 __all__ = [
     "Backend", "ContinuationLogprobs", "ForwardCounter", "GenerationResult", "RequestPlan",
-    "ScoreRequest", "batches", "count_plans", "plan_request",
+    "ScoreRequest", "batches", "count_plans", "plan_request", "token_batches",
 ]

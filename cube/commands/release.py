@@ -1,9 +1,14 @@
-"""``cube release``: what must hold before records are published.
+"""``cube release``: what must hold before records are published, and the published bundle.
 
 ``cube release audit RECORDS --items ITEMS`` scans every free-text column of every record against
 the question and option texts of every benchmark item and exits 1 on any hit, so that a release
 script can refuse to publish. Hits name the record (file, row, uid), the field and the character
 offset, never the leaked text: the report itself is meant to be shareable.
+
+``cube release build RECORDS --out BUNDLE`` scrubs the records against their own items, refuses
+(exit 2) if the audit still finds a hit, and writes ``BUNDLE/`` and ``BUNDLE.tar.gz`` (see
+``cube.release``). ``cube release verify BUNDLE [--items ITEMS]`` re-checks every checksum and,
+given the items, re-runs the audit; exit 1 names each file that fails.
 """
 
 from __future__ import annotations
@@ -11,15 +16,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cube.errors import ConfigError, CubeError
+from cube.errors import ConfigError
 
-# String columns that identify a record rather than carry model output: never scanned. Every other
-# string column is free text; scanning an identifier costs only time, skipping text would hide leaks.
-ID_COLUMNS = frozenset(
-    {"uid", "qhash", "benchmark", "subject", "split", "model", "label_set", "scorer", "context",
-     "protocol", "template", "backend"}
-)
-_BATCH_ROWS = 65_536
+DEFAULT_PREDICTION = "data/predictions/audit_frozen.json"
 
 
 def register(subparsers) -> None:
@@ -61,16 +60,53 @@ def register(subparsers) -> None:
     )
     audit.set_defaults(func=run_audit)
 
+    build = actions.add_parser(
+        "build",
+        help="scrub, audit and package records as a release bundle (folder + .tar.gz)",
+        description=(
+            "Scrub every free-text field against its record's own item, re-run the leakage audit "
+            "against every item (any hit refuses the build, nothing is written), then write BUNDLE/ "
+            "and BUNDLE.tar.gz: records, frozen prediction, MANIFEST.json, CLAIMS.md, "
+            "CITATION.cff, README.md and SHA256SUMS."
+        ),
+    )
+    build.add_argument("records", type=Path, help="a records store (folder with MANIFEST.json)")
+    build.add_argument("--out", type=Path, required=True, help="the bundle folder to create")
+    build.add_argument(
+        "--items", type=Path, default=None,
+        help="the CMMLU folder (dev/ and test/ CSVs); default: ../shared/benchmarks/cmmlu",
+    )
+    build.add_argument("--prediction", type=Path, default=None,
+                       help=f"the frozen audit prediction to ship (default: {DEFAULT_PREDICTION})")
+    build.add_argument("--force", action="store_true",
+                       help="replace an existing bundle and tarball")
+    build.set_defaults(func=run_build)
+
+    verify = actions.add_parser(
+        "verify",
+        help="re-check a bundle: every checksum, the records, the prediction, the leakage audit",
+        description=(
+            "Re-check every sha256 of SHA256SUMS (and that no file is unlisted), the records' own "
+            "manifest and values, the prediction's content hash and, with --items, the leakage "
+            "audit. Prints one line per problem naming the file; exits 1 on any, 0 if all hold."
+        ),
+    )
+    verify.add_argument("bundle", type=Path, help="a bundle folder or its .tar.gz")
+    verify.add_argument("--items", type=Path, default=None,
+                        help="the CMMLU folder: also re-run the leakage audit against it")
+    verify.set_defaults(func=run_verify)
+
 
 def run_audit(args: argparse.Namespace) -> int:
     from cube import leakage
     from cube.items import default_benchmark_root, load_cmmlu
+    from cube.release import audit_parquet, open_parquet, parquet_files
 
     for name in ("window", "min_option_chars", "min_question_chars", "stock_items"):
         if getattr(args, name) < 1:
             flag = "--" + name.replace("_", "-")
             raise ConfigError(f"{flag} must be at least 1, got {getattr(args, name)}")
-    sources = [(path, *_text_columns(path)) for path in parquet_files(args.records)]
+    sources = [(path, *open_parquet(path)) for path in parquet_files(args.records)]
 
     root = args.items if args.items is not None else default_benchmark_root("cmmlu")
     items = load_cmmlu(root, splits=("dev", "test"))
@@ -84,10 +120,11 @@ def run_audit(args: argparse.Namespace) -> int:
 
     n_hits = n_rows = n_fields = 0
     for path, parquet, columns in sources:
-        for row, uid, column, hit in _audit_file(parquet, columns, index):
+        for found in audit_parquet(parquet, columns, index):
             n_hits += 1
+            hit = found.hit
             print(
-                f"LEAK {path}:{row} uid={uid} field={column} offset={hit.offset} "
+                f"LEAK {path}:{found.row} uid={found.uid} field={found.column} offset={hit.offset} "
                 f"chars={hit.n_chars} kind={hit.kind} item={hit.item_uid}"
             )
         n_rows += parquet.metadata.num_rows
@@ -100,74 +137,46 @@ def run_audit(args: argparse.Namespace) -> int:
     return 1 if n_hits else 0
 
 
-def parquet_files(records: Path) -> list[Path]:
-    """RECORDS as a list of files: the file itself, or every ``*.parquet`` below the folder."""
-    if records.is_file():
-        return [records]
-    if records.is_dir():
-        files = sorted(records.rglob("*.parquet"))
-        if not files:
-            raise CubeError(f"no *.parquet files in {records}")
-        return files
-    raise CubeError(f"records not found: {records}")
+def _items(root: Path | None):
+    from cube.items import default_benchmark_root, load_cmmlu
+
+    return load_cmmlu(root if root is not None else default_benchmark_root("cmmlu"),
+                      splits=("dev", "test"))
 
 
-def _text_columns(path: Path):
-    """(opened file, free-text column names); refuses files whose text the audit could not see."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def run_build(args: argparse.Namespace) -> int:
+    import time
 
-    try:
-        parquet = pq.ParquetFile(path)
-        schema = parquet.schema_arrow
-    except (OSError, pa.ArrowException) as exc:
-        raise CubeError(f"cannot read Parquet file {path}: {str(exc).splitlines()[0]}") from None
-    if "uid" not in schema.names:
-        raise CubeError(f"{path} has no 'uid' column to name the records by")
-    columns = []
-    for field in schema:
-        if field.name in ID_COLUMNS:
-            continue
-        if _is_string(field.type):
-            columns.append(field.name)
-        elif _holds_strings(field.type):
-            raise CubeError(
-                f"{path} column {field.name!r} is {field.type}: the audit scans top-level string "
-                "columns only; store that text as one string column per field"
-            )
-    return parquet, columns
+    from cube.release import build_bundle
+
+    from cube.config import REPO_ROOT
+
+    start = time.perf_counter()
+    prediction = args.prediction if args.prediction is not None else REPO_ROOT / DEFAULT_PREDICTION
+    result = build_bundle(args.records, args.out, _items(args.items), prediction,
+                          force=args.force)
+    s = result.scrub
+    print(
+        f"bundle {result.bundle} ({result.n_files} files) and {result.tarball}: "
+        f"{result.n_records:,} records; scrub changed {s.n_changed:,} of {s.n_texts:,} texts "
+        f"({s.n_spans:,} spans, {s.n_chars:,} chars); leakage audit clean against "
+        f"{result.n_items_audited:,} items; {time.perf_counter() - start:.1f} s"
+    )
+    return 0
 
 
-def _is_string(type_) -> bool:
-    import pyarrow as pa
+def run_verify(args: argparse.Namespace) -> int:
+    from cube.release import verify_bundle
 
-    if pa.types.is_dictionary(type_):
-        type_ = type_.value_type
-    return pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_)
-
-
-def _holds_strings(type_) -> bool:
-    """Whether a nested type (list, struct, map) has a string anywhere inside."""
-    if _is_string(type_):
-        return True
-    return any(_holds_strings(type_.field(k).type) for k in range(getattr(type_, "num_fields", 0)))
-
-
-def _audit_file(parquet, columns: list[str], index):
-    """(row, uid, column, hit) for every hit in one file, in row batches."""
-    from tqdm import tqdm
-
-    from cube import leakage
-
-    if not columns:
-        return
-    first_row = 0
-    with tqdm(total=parquet.metadata.num_rows, unit="rec", desc="audit", disable=None) as progress:
-        for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=["uid", *columns]):
-            uids = batch.column("uid").to_pylist()
-            for column in columns:
-                texts = ["" if t is None else t for t in batch.column(column).to_pylist()]
-                for hit in leakage.audit_texts(texts, index):
-                    yield first_row + hit.text, uids[hit.text], column, hit
-            first_row += batch.num_rows
-            progress.update(batch.num_rows)
+    items = _items(args.items) if args.items is not None else None
+    report = verify_bundle(args.bundle, items)
+    for problem in report.problems:
+        print(f"FAIL {problem}")
+    if report.ok:
+        audit = (f"leakage audit clean against {report.n_items_audited:,} items"
+                 if report.n_items_audited is not None else "leakage audit not run (no --items)")
+        print(f"bundle OK: {report.n_files} files match {args.bundle}/SHA256SUMS; "
+              f"{report.n_records:,} records valid; {audit}")
+        return 0
+    print(f"bundle FAILED: {len(report.problems)} problem(s) in {args.bundle}")
+    return 1

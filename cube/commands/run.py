@@ -86,14 +86,15 @@ def run(args: argparse.Namespace) -> int:
         from cube.backends.vllm import VLLMBackend
 
         backend = VLLMBackend.from_config(args.model, dtype=args.dtype)
-        model_sha = None
     else:
         from cube.backends.hf import HFBackend
-        from cube.models import load_model, model_source
+        from cube.models import load_model
 
         model, tokenizer = load_model(args.model, args.dtype, args.device)
         backend = HFBackend(model, tokenizer)
-        model_sha = model_source(args.model).gguf_sha256
+    from cube.models import model_source
+
+    model_sha = model_source(args.model).gguf_sha256
     log = run_spec(backend, spec, args.out, model_sha256=model_sha)
     print(f"wrote {log['records_written']} records in {log['jobs_run']} shards, {log['wall_s']} s", file=sys.stderr)
     return 0

@@ -154,3 +154,84 @@ def test_cli_defaults_are_the_library_defaults():
     args = build_parser().parse_args(["release", "audit", "records.parquet"])
     assert (args.window, args.min_option_chars, args.min_question_chars, args.stock_items) == (
         leakage.WINDOW, leakage.MIN_OPTION_CHARS, leakage.MIN_QUESTION_CHARS, leakage.STOCK_ITEMS)
+
+
+# ---------------------------------------------------------------------------- build and verify
+
+
+def write_store(folder, items, generations):
+    """A records store (cube.records) of real uids/qhashes with the given M6 generations."""
+    from cube.records import write_records as write_store_records
+    from tests.record_tables import record, table
+
+    rows = []
+    for item, generation in zip(items, generations):
+        base = {"model": "tiny-model", "uid": item.uid, "qhash": item.qhash, "gold": item.answer}
+        rows.append(record(**base, scorer="M1-seq", pred=1, scores=[-2.0, -0.5, -3.0, -4.0]))
+        rows.append(record(**base, scorer="M6-strict", pred=1, scores=[0.0, 1.0, 0.0, 0.0],
+                           generation=generation))
+    write_store_records(folder, table(rows))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def some_items(cmmlu_root):
+    items = load_cmmlu(cmmlu_root, splits=("test",))
+    return [items[0], items[len(items) // 3], items[2 * len(items) // 3]]
+
+
+def test_build_then_verify_from_the_command_line(tmp_path, capsys, cmmlu_root, some_items):
+    records = write_store(tmp_path / "records", some_items, ["我选A。", None, "这道题我倾向于选第一个。"])
+    out = tmp_path / "release" / "bundle"
+    code = main(["release", "build", str(records), "--out", str(out), "--items", str(cmmlu_root)])
+    printed, err = capsys.readouterr()
+    assert code == 0, err
+    assert printed.startswith(f"bundle {out} (") and "6 records" in printed, printed
+    assert "leakage audit clean against" in printed, printed
+    assert sorted(p.name for p in out.parent.iterdir()) == ["bundle", "bundle.tar.gz"]
+
+    for target in (out, out.with_name("bundle.tar.gz")):
+        code = main(["release", "verify", str(target), "--items", str(cmmlu_root)])
+        printed, _ = capsys.readouterr()
+        assert code == 0 and printed.startswith("bundle OK: ") and "leakage audit clean" in printed, printed
+
+    shard = next((out / "records" / "tiny-model").glob("*.parquet"))
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    code = main(["release", "verify", str(out)])
+    printed, _ = capsys.readouterr()
+    assert code == 1, printed
+    assert printed.splitlines() == [
+        f"FAIL {shard}: sha256 does not match SHA256SUMS (file changed)",
+        f"bundle FAILED: 1 problem(s) in {out}",
+    ], printed
+
+    code = main(["release", "build", str(records), "--out", str(out), "--items", str(cmmlu_root)])
+    _, err = capsys.readouterr()
+    assert code == 2 and "already exists" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_build_refuses_a_leak_of_another_item_in_one_line(tmp_path, capsys, cmmlu_root, some_items, leaks):
+    question_leak, _ = leaks  # a span of an item not among some_items, disguised
+    records = write_store(tmp_path / "records", some_items, ["普通回答", "引用：" + question_leak, None])
+    out = tmp_path / "release" / "bundle"
+    code = main(["release", "build", str(records), "--out", str(out), "--items", str(cmmlu_root)])
+    printed, err = capsys.readouterr()
+    assert code == 2, printed
+    assert err.startswith("cube: error: ") and "refusing to build" in err, err
+    assert f"uid={some_items[1].uid} field=generation" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert normalize_for_match(question_leak)[0][:20] not in normalize_for_match(err)[0]
+    assert not out.parent.exists() or list(out.parent.iterdir()) == []
+
+
+def test_verify_of_a_missing_bundle_is_a_one_line_error(tmp_path, capsys):
+    code, _, err = run_action(capsys, "verify", tmp_path / "absent")
+    assert code == 2 and err == f"cube: error: bundle not found: {tmp_path / 'absent'} (a bundle folder or its .tar.gz)\n", err
+
+
+def run_action(capsys, action, *argv):
+    code = main(["release", action, *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -1,0 +1,38 @@
+"""``cube merge`` from the command line: exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+
+from cube.commands import merge
+from cube.errors import CubeError
+from tests.test_merge import shard_bytes, write_run
+
+
+def main(argv: list[str]) -> int:
+    """The CLI's contract (cube.cli.main) for this one subcommand, until it is registered there."""
+    parser = argparse.ArgumentParser(prog="cube")
+    merge.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except CubeError as exc:
+        print(f"cube: error: {exc}")
+        return 2
+
+
+def test_merge_command_joins_shards(tmp_path, capsys):
+    write_run(tmp_path / "a", (0, 2))
+    write_run(tmp_path / "b", (1, 2))
+    write_run(tmp_path / "whole", (0, 1))
+    assert main(["merge", str(tmp_path / "out"), str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "whole")
+    assert "copied" in capsys.readouterr().err
+
+
+def test_conflict_exits_2_with_one_line(tmp_path, capsys):
+    write_run(tmp_path / "a", (0, 1))
+    write_run(tmp_path / "b", (0, 1), pred_shift=2)
+    assert main(["merge", str(tmp_path / "out"), str(tmp_path / "a"), str(tmp_path / "b")]) == 2
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("cube: error: shard m1/") and "\n" not in out
