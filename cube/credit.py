@@ -412,6 +412,23 @@ def count_correct_rows(
     )
 
 
+def judgments_from_records(table: Any, model: str | None = None) -> dict[str, GroupCounts]:
+    """Groups of four statement judgements per model from harness ``TF`` records.
+
+    Each TF record is one item recast as four statements, exactly one true (the gold option);
+    ``scores[i] > 0`` means the model judged statement ``i`` true (log p(对) > log p(错)).
+    """
+    rows = [r for r in table.to_pylist() if r["scorer"] == "TF" and (model is None or r["model"] == model)]
+    if not rows:
+        raise ConfigError("records hold no TF (true/false judgement) rows; run `cube run --scorers TF`")
+    by_model: dict[str, list] = {}
+    for r in rows:
+        for i, margin in enumerate(r["scores"]):
+            by_model.setdefault(r["model"], []).append((r["uid"], i, i == r["gold"], margin > 0))
+    return {m: count_correct_rows(js, len(rows[0]["scores"]), source=f"TF records of {m}")
+            for m, js in by_model.items()}
+
+
 @dataclass(frozen=True)
 class CreditGap:
     """Scheme vs additive credit for a set of groups; per-group arrays hold Fractions."""

@@ -26,14 +26,16 @@ from cube.backends.base import Backend, ContinuationLogprobs, ScoreRequest
 from cube.errors import ConfigError
 from cube.extract import extract_lenient, extract_strict
 from cube.items import Item
-from cube.prompts import Cell, cloze_prompt, load_templates, render_prompt
-from cube.scorers import SCORERS, ContinuationScores, ScoreResult, option_distribution
+from cube.prompts import Cell, cloze_prompt, judgement_prompts, load_templates, render_prompt
+from cube.scorers import SCORERS, ContinuationScores, ScoreResult, decide, option_distribution
 
 LABEL_SCORERS = ("M1-seq", "M1-strict")
 CLOZE_SCORERS = ("M2", "M3", "M4", "M5")
 GENERATION_SCORERS = ("M6", "M6-cot")  # each yields M6-strict and M6-lenient records
-ALL_SCORERS = LABEL_SCORERS + CLOZE_SCORERS + GENERATION_SCORERS
+JUDGEMENT_SCORERS = ("TF",)  # the item as four true/false statements (partial-credit groups)
+ALL_SCORERS = LABEL_SCORERS + CLOZE_SCORERS + GENERATION_SCORERS + JUDGEMENT_SCORERS
 CLOZE_CELL = ("-", "cloze", 0, "original")  # label_set, context, shots, order of cloze records
+JUDGEMENT_CELL = ("-", "judgement", 0, "original")
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ class Job:
 
     @property
     def filename(self) -> str:
-        cell = self.cell.key.replace("|", "__") if self.cell else "cloze"
+        cell = self.cell.key.replace("|", "__") if self.cell else {"tf": "judgement"}.get(self.kind, "cloze")
         return f"{self.kind}--{cell}--{self.chunk:05d}.parquet"
 
 
@@ -96,6 +98,8 @@ def plan_jobs(spec: RunSpec) -> list[Job]:
             jobs += [Job("gen", cell, i, c) for i, c in mine]
     if wants & set(CLOZE_SCORERS):
         jobs += [Job("cloze", None, i, c) for i, c in mine]
+    if "TF" in wants:
+        jobs += [Job("tf", None, i, c) for i, c in mine]
     if "M6-cot" in wants:
         cot_cells = {(c.label_set.name, c.shots): c for c in spec.cells}
         jobs += [Job("cot", cell, i, c) for cell in cot_cells.values() for i, c in mine]
@@ -209,11 +213,34 @@ def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> 
     return rows
 
 
+def run_judgement_job(backend: Backend, spec: RunSpec, job: Job) -> list[dict]:
+    """Each option as a statement judged 对/错: one record per item, one score per statement.
+
+    ``scores[i]`` is log p(true word) - log p(false word) for statement i, so statement i is
+    judged true when it is positive; the item's group of four judgements is what partial-credit
+    schemes score (``cube.credit.judgments_from_records``). ``pred`` is the statement judged most
+    true, an MCQ answer read off the same pass.
+    """
+    groups = [judgement_prompts(it) for it in job.items]
+    requests = [ScoreRequest(j.context, (j.true_word, j.false_word)) for g in groups for j in g]
+    outs = iter(backend.score(requests, spec.batch_size))
+    rows = []
+    for item, group in zip(job.items, groups):
+        margins = []
+        for _ in group:
+            true_word, false_word = next(outs)
+            margins.append(true_word.total - false_word.total)
+        result = decide(np.array(margins))
+        rows.append(_record(spec.model, item, "TF", JUDGEMENT_CELL, item.answer, result, None))
+    return rows
+
+
 RUNNERS = {
     "label": run_label_job,
     "cloze": run_cloze_job,
     "gen": lambda b, s, j: run_generation_job(b, s, j, cot=False),
     "cot": lambda b, s, j: run_generation_job(b, s, j, cot=True),
+    "tf": run_judgement_job,
 }
 
 

@@ -23,12 +23,15 @@ whitespace_pair() {  # the English whitespace pair on ABCD
 answer_only() {  # M6 answer-only generation on ABCD
   $CUBE run --model "$1" --sample 600 "${COMMON[@]}" --label-sets L1_halfwidth --cues zh_cue --scorers M6
 }
+true_false() {  # each item as four 对/错 statements: partial-credit groups (1 item per subject)
+  $CUBE run --model "$1" --sample 67 "${COMMON[@]}" --scorers TF
+}
 five_shot() {  # 5-shot on ABCD for a subset (2 items per subject)
   $CUBE run --model "$1" --sample 134 "${COMMON[@]}" \
     --label-sets L1_halfwidth --cues zh_cue --shots 5 --scorers M1-seq,M1-strict
 }
 
-for step in label_sets_zh whitespace_pair answer_only five_shot; do
+for step in ${STEPS:-label_sets_zh true_false whitespace_pair answer_only five_shot}; do
   for model in "${MODELS[@]}"; do
     "$step" "$model"
   done

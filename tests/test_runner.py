@@ -110,3 +110,27 @@ def test_bad_specs_are_rejected(items):
         RunSpec(model="x", items=items, cells=(), scorers=("M9",))
     with pytest.raises(ConfigError, match="--shard 2/2"):
         RunSpec(model="x", items=items, cells=(), scorers=("M1-seq",), shard=(2, 2))
+
+
+def test_true_false_groups_feed_the_partial_credit_ladder(tmp_path, items, tiny_qwen3, qwen3_tokenizer, capsys):
+    from fractions import Fraction
+
+    from cube.cli import main
+    from cube.credit import credit_gap, judgments_from_records, resolve_scheme
+    from cube.records import read_records
+
+    spec = RunSpec(model="tiny", items=items, cells=(), scorers=("TF",), shard_size=4, batch_size=8)
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    table = read_records(tmp_path)
+    rows = table.to_pylist()
+    assert len(rows) == len(items) and {r["scorer"] for r in rows} == {"TF"}
+    counts = judgments_from_records(table)["tiny"]
+    # independent recount: statement i is judged true when its margin is positive
+    expected = [sum((m > 0) == (i == r["gold"]) for i, m in enumerate(r["scores"])) for r in rows]
+    assert sorted(counts.correct.tolist()) == sorted(expected)
+    gap = credit_gap(counts, resolve_scheme("ladder"))
+    ladder = [Fraction(0), Fraction(1, 10), Fraction(1, 4), Fraction(1, 2), Fraction(1)]
+    assert gap.mean_scheme == sum(ladder[c] for c in expected) / len(expected)
+    assert gap.mean_additive == Fraction(sum(expected), 4 * len(expected))
+    assert main(["credit", "gap", str(tmp_path), "--summary"]) == 0
+    assert "model tiny:" in capsys.readouterr().out

@@ -10,6 +10,7 @@ cube credit gap JUDGMENTS.csv [--scheme ladder] [--summary]
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def register(subparsers) -> None:
@@ -53,7 +54,8 @@ def register(subparsers) -> None:
     percentile.set_defaults(func=run_percentile)
 
     gap = actions.add_parser("gap", help="additive − scheme credit from statement judgments")
-    gap.add_argument("judgments", help="CSV with columns group_id,statement,gold,predicted[,model]")
+    gap.add_argument("judgments", help="CSV with columns group_id,statement,gold,predicted[,model], "
+                     "or a records folder holding TF (true/false judgement) records from `cube run`")
     gap.add_argument("--scheme", default="ladder", help="scheme to compare (default: ladder)")
     gap.add_argument("--summary", action="store_true", help="omit the per-group lines")
     gap.set_defaults(func=run_gap)
@@ -193,11 +195,15 @@ def run_gap(args: argparse.Namespace) -> int:
     from cube.credit import credit_gap, decimal_text, exact_text, read_judgments, resolve_scheme
 
     scheme = resolve_scheme(args.scheme)
-    by_model = read_judgments(args.judgments)
-    reports = {
-        model: credit_gap(j.counts(scheme.statements, source=str(args.judgments)), scheme)
-        for model, j in by_model.items()
-    }
+    if Path(args.judgments).is_dir():  # harness records: TF rows, one group per item
+        from cube.credit import judgments_from_records
+        from cube.records import read_records
+
+        counts = judgments_from_records(read_records(args.judgments))
+    else:
+        counts = {model: j.counts(scheme.statements, source=str(args.judgments))
+                  for model, j in read_judgments(args.judgments).items()}
+    reports = {model: credit_gap(c, scheme) for model, c in counts.items()}
     k = scheme.statements
     for model, rep in reports.items():
         print(f"model {model}: {len(rep.group_ids)} groups of {k} statements, scheme {scheme.name}")
