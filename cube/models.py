@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cube.config import cache_dir, config_dir, load_yaml
-from cube.errors import ChecksumError, ConfigError, SourceError
+from cube.errors import ChecksumError, ConfigError
 
 PROVENANCE_FILE = "provenance.json"
 # Bump when the conversion changes, so stored models are rebuilt.
@@ -198,7 +198,6 @@ def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu"):
     used only where cube has no converter (SentencePiece GGUFs such as Gemma's): it can drop
     pre-tokenizer steps (e.g. SmolLM's isolated digits, which split ``①`` from a leading space).
     """
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = _torch_dtype(dtype)
