@@ -8,12 +8,15 @@ id in the book (see ``cube.charts``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import altair as alt
+import numpy as np
 
 from cube.audit import CellAudit
 from cube.credit import CreditScheme, correct_count_distribution
+from cube.stats import NoiseFloor
 
 # Categories of a degeneracy-matrix cell, in legend order, with fixed colours so that a figure
 # reads the same whatever subset of cells it shows.
@@ -104,3 +107,124 @@ def credit_ladder_chart(schemes: Sequence[CreditScheme]) -> alt.LayerChart:
         tooltip=["scheme:N", "statements right:O", "credit:Q"],
     )
     return alt.layer(prob, credit).resolve_scale(y="independent").properties(width=320, height=220)
+
+
+def _cell_title(row: Mapping[str, Any]) -> str:
+    """model · label set · context, plus shots and order when they are not the defaults."""
+    parts = [str(row["model"]), str(row["label_set"]), str(row["context"])]
+    if int(row.get("shots", 0)):
+        parts.append(f"{int(row['shots'])}-shot")
+    if row.get("order", "original") != "original":
+        parts.append(str(row["order"]))
+    return " · ".join(parts)
+
+
+def scorer_accuracy_chart(
+    rows: Sequence[Mapping[str, Any]], chance: float | None = None
+) -> alt.FacetChart:
+    """Accuracy with its 95% interval per scorer, one panel per protocol cell.
+
+    ``rows`` are rescoring rows (``cube.rescore.RESULT_COLUMNS``: model, label_set, context,
+    shots, order, scorer, accuracy, ci_lo, ci_hi, n). In a flagged cell the first-token bar
+    is the tie-break's accuracy, so the chance line (``chance``, e.g. 1/4) is where it should sit.
+    """
+    records = [
+        {
+            "cell": _cell_title(r),
+            "scorer": str(r["scorer"]),
+            "accuracy": float(r["accuracy"]),
+            "ci_lo": float(r["ci_lo"]),
+            "ci_hi": float(r["ci_hi"]),
+            "n": int(r["n"]),
+        }
+        for r in rows
+    ]
+    cells = list(dict.fromkeys(r["cell"] for r in records))
+    scorers = sorted({r["scorer"] for r in records})
+    x = alt.X("scorer:N", sort=scorers, title=None, axis=alt.Axis(labelAngle=0))
+    y = alt.Y("accuracy:Q", title="accuracy (95% interval)", scale=alt.Scale(domain=[0, 1]))
+    bars = alt.Chart().mark_bar().encode(
+        x=x, y=y,
+        color=alt.Color("scorer:N", sort=scorers, legend=None),
+        tooltip=["cell:N", "scorer:N", alt.Tooltip("accuracy:Q", format=".3f"),
+                 alt.Tooltip("ci_lo:Q", format=".3f"), alt.Tooltip("ci_hi:Q", format=".3f"), "n:Q"],
+    )
+    whiskers = alt.Chart().mark_rule(color="black").encode(x=x, y="ci_lo:Q", y2="ci_hi:Q")
+    layers = [bars, whiskers]
+    if chance is not None:
+        layers.append(alt.Chart().mark_rule(strokeDash=[4, 3], color="grey").encode(
+            y=alt.datum(float(chance))))
+    return (
+        alt.layer(*layers, data=alt.Data(values=records))
+        .properties(width=40 * max(len(scorers), 2), height=180)
+        .facet(facet=alt.Facet("cell:N", sort=cells, title=None), columns=4)
+    )
+
+
+def footrule_chart(floor: NoiseFloor, observed: Mapping[str, float], bins: int = 30) -> alt.LayerChart:
+    """The within-protocol noise floor (histogram) and each observed between-protocol footrule.
+
+    The histogram is binned here (numpy) so the chart carries ``bins`` counts, not thousands of
+    replicates; the dashed rules are the floor's mean and 95th percentile, and each solid rule
+    is one protocol change.
+    """
+    samples = np.asarray(floor.samples, dtype=np.float64)
+    top = max([float(samples.max()), *map(float, observed.values()), 1e-9])
+    counts, edges = np.histogram(samples, bins=bins, range=(0.0, top))
+    hist = [
+        {"lo": float(lo), "hi": float(hi), "replicates": int(n)}
+        for lo, hi, n in zip(edges[:-1], edges[1:], counts)
+    ]
+    marks = [
+        {"what": "noise floor: mean", "footrule": float(floor.mean), "kind": "floor"},
+        {"what": "noise floor: 95th percentile", "footrule": float(floor.p95), "kind": "floor"},
+    ] + [{"what": str(name), "footrule": float(v), "kind": "observed"} for name, v in observed.items()]
+    x = alt.X("lo:Q", title="normalised footrule", scale=alt.Scale(domain=[0, top]))
+    histogram = alt.Chart(alt.Data(values=hist)).mark_bar(color="#cccccc").encode(
+        x=x, x2="hi:Q", y=alt.Y("replicates:Q", title="bootstrap replicates"),
+        tooltip=[alt.Tooltip("lo:Q", format=".3f"), alt.Tooltip("hi:Q", format=".3f"), "replicates:Q"],
+    )
+    rules = alt.Chart(alt.Data(values=marks)).mark_rule(size=2).encode(
+        x=alt.X("footrule:Q"),
+        color=alt.Color("what:N", sort=[m["what"] for m in marks], title=None,
+                        legend=alt.Legend(orient="bottom", columns=1)),
+        strokeDash=alt.StrokeDash("kind:N", sort=["floor", "observed"], legend=None),
+        tooltip=["what:N", alt.Tooltip("footrule:Q", format=".4f")],
+    )
+    return alt.layer(histogram, rules).properties(width=420, height=220)
+
+
+def reliability_chart(tables: Mapping[tuple[str, str], Mapping[str, np.ndarray]]) -> alt.FacetChart:
+    """Reliability diagrams: accuracy against mean confidence per bin, one panel per model.
+
+    ``tables`` maps (panel, series), e.g. (model, answer context), to a
+    ``cube.stats.reliability_table``. Empty bins are left out (they have no accuracy); point
+    size is the bin's item count, and the diagonal is perfect calibration.
+    """
+    records = []
+    for (panel, series), table in tables.items():
+        for lo, hi, n, acc, conf in zip(table["bin_lo"], table["bin_hi"], table["count"],
+                                        table["accuracy"], table["confidence"]):
+            if int(n) > 0:
+                records.append({"panel": str(panel), "series": str(series), "bin_lo": float(lo),
+                                "bin_hi": float(hi), "items": int(n), "accuracy": float(acc),
+                                "confidence": float(conf)})
+    panels = list(dict.fromkeys(str(p) for p, _ in tables))
+    series = list(dict.fromkeys(str(s) for _, s in tables))
+    x = alt.X("confidence:Q", title="mean confidence in bin", scale=alt.Scale(domain=[0, 1]))
+    y = alt.Y("accuracy:Q", title="accuracy in bin", scale=alt.Scale(domain=[0, 1]))
+    colour = alt.Color("series:N", sort=series, title=None, legend=alt.Legend(orient="bottom"))
+    line = alt.Chart().mark_line(point=False).encode(x=x, y=y, color=colour, order="confidence:Q")
+    points = alt.Chart().mark_circle().encode(
+        x=x, y=y, color=colour, size=alt.Size("items:Q", legend=None),
+        tooltip=["panel:N", "series:N", alt.Tooltip("bin_lo:Q", format=".2f"),
+                 alt.Tooltip("bin_hi:Q", format=".2f"), "items:Q",
+                 alt.Tooltip("confidence:Q", format=".3f"), alt.Tooltip("accuracy:Q", format=".3f")],
+    )
+    diagonal = alt.Chart().mark_rule(strokeDash=[4, 3], color="grey").encode(
+        x=alt.datum(0), y=alt.datum(0), x2=alt.datum(1), y2=alt.datum(1))
+    return (
+        alt.layer(diagonal, line, points, data=alt.Data(values=records))
+        .properties(width=220, height=220)
+        .facet(facet=alt.Facet("panel:N", sort=panels, title=None), columns=3)
+    )

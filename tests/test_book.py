@@ -113,12 +113,22 @@ def test_config_renders_pre_executed_notebooks_with_local_assets():
 
 
 def test_claim_notebooks_have_a_kernel_parameters_and_checked_assertions():
-    for run in load_plan():
-        nb = read_myst_notebook(run.source)
-        assert declared_parameters(nb, run.source)
+    # every notebook source, planned or still waiting for its records, so none rots unexecuted
+    sources = {run.source for run in load_plan()} | set((REPO_ROOT / "notebooks").glob("[0-9]*.md"))
+    for source in sorted(sources):
+        nb = read_myst_notebook(source)
+        assert declared_parameters(nb, source)
         claims = [c for c in nb.cells if "nbval-check-output" in c.metadata.get("tags", [])]
-        assert claims and all("assert " in c.source for c in claims), run.source
-        assert nb.cells[-1] in claims, f"{run.source}: the claims are not the last cell"
+        assert claims and all("assert " in c.source for c in claims), source
+        assert nb.cells[-1] in claims, f"{source}: the claims are not the last cell"
+
+
+def test_record_notebooks_read_the_archive_by_default_and_take_another_store():
+    """A reader re-executes a claim on other records (e.g. the smoke sample) with one parameter."""
+    for source in sorted((REPO_ROOT / "notebooks").glob("0[2-68]_*.md")):
+        nb = read_myst_notebook(source)
+        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        assert 'records = "data/records"' in cell.source, source
 
 
 # ---- loading the plan ---------------------------------------------------------------------------

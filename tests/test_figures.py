@@ -5,9 +5,13 @@ from __future__ import annotations
 from fractions import Fraction
 from math import comb
 
+import numpy as np
+
 from cube.audit import CellAudit, LabelTokens
 from cube.credit import additive_scheme, load_named_schemes
-from cube.figures import CELL_STATUS, cell_status, credit_ladder_chart, degeneracy_heatmap
+from cube.figures import (CELL_STATUS, cell_status, credit_ladder_chart, degeneracy_heatmap,
+                          footrule_chart, reliability_chart, scorer_accuracy_chart)
+from cube.stats import NoiseFloor, reliability_table
 
 
 def cell(family: str, label_set: str, context: str, ids: list[tuple[int, ...]]) -> CellAudit:
@@ -75,3 +79,46 @@ def test_ladder_chart_plots_each_schemes_points_and_the_binomial_odds():
         plotted = [r["credit"] for r in lines if r["scheme"] == s.name]
         assert plotted == [float(p) for p in s.points]
     assert [r["credit"] for r in lines if r["scheme"] == "ladder"][3] == float(Fraction(1, 2))
+
+
+def test_scorer_accuracy_chart_carries_each_rows_accuracy_and_interval():
+    rows = [
+        {"model": "m", "label_set": "L2", "context": "zh_cue", "shots": 0, "order": "original",
+         "scorer": "M1-strict", "accuracy": 0.25, "ci_lo": 0.2, "ci_hi": 0.3, "n": 100},
+        {"model": "m", "label_set": "L2", "context": "zh_cue", "shots": 5, "order": "shift1",
+         "scorer": "M1-seq", "accuracy": 0.4, "ci_lo": 0.35, "ci_hi": 0.45, "n": 100},
+    ]
+    spec = scorer_accuracy_chart(rows, chance=0.25).to_dict()
+    values = spec["data"]["values"]
+    assert [(v["cell"], v["scorer"], v["accuracy"], v["ci_lo"], v["ci_hi"]) for v in values] == [
+        ("m · L2 · zh_cue", "M1-strict", 0.25, 0.2, 0.3),
+        ("m · L2 · zh_cue · 5-shot · shift1", "M1-seq", 0.4, 0.35, 0.45),
+    ]
+    assert spec["spec"]["layer"][2]["encoding"]["y"]["datum"] == 0.25
+
+
+def test_footrule_chart_bins_every_replicate_and_marks_floor_and_observations():
+    samples = np.random.default_rng(0).random(500) * 0.2
+    floor = NoiseFloor(float(samples.mean()), float(np.quantile(samples, 0.95)), samples)
+    spec = footrule_chart(floor, {"strict": 0.3, "lenient": 0.1}, bins=20).to_dict()
+    hist, marks = spec["layer"][0]["data"]["values"], spec["layer"][1]["data"]["values"]
+    assert len(hist) == 20 and sum(h["replicates"] for h in hist) == 500
+    assert hist[-1]["hi"] == 0.3  # the axis reaches the largest observation
+    assert [(m["what"], m["footrule"]) for m in marks] == [
+        ("noise floor: mean", floor.mean), ("noise floor: 95th percentile", floor.p95),
+        ("strict", 0.3), ("lenient", 0.1)]
+
+
+def test_reliability_chart_plots_the_filled_bins_of_each_table():
+    rng = np.random.default_rng(1)
+    probs = rng.dirichlet(np.ones(4), size=50)
+    gold = rng.integers(0, 4, size=50)
+    table = reliability_table(probs, gold, n_bins=10)
+    spec = reliability_chart({("m1", "a"): table, ("m1", "b"): table}).to_dict()
+    values = spec["data"]["values"]
+    filled = int((table["count"] > 0).sum())
+    assert len(values) == 2 * filled
+    assert sum(v["items"] for v in values if v["series"] == "a") == 50
+    first = next(i for i in range(10) if table["count"][i] > 0)
+    assert values[0]["accuracy"] == table["accuracy"][first]
+    assert values[0]["confidence"] == table["confidence"][first]

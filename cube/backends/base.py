@@ -17,7 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from cube.errors import CubeError
-from cube.tokenization import Encoder, InContext, common_prefix_len, encode_ids, tokens_in_context
+from cube.tokenization import (
+    Encoder,
+    InContext,
+    common_prefix_len,
+    encode_ids,
+    tokens_in_context,
+)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,16 @@ import numpy as np
 from tqdm import tqdm
 
 from cube.backends.base import (
-    Backend, ContinuationLogprobs, ForwardCounter, GenerationResult, RequestPlan, ScoreRequest,
-    batches, count_plans, plan_request, token_batches,
+    Backend,
+    ContinuationLogprobs,
+    ForwardCounter,
+    GenerationResult,
+    RequestPlan,
+    ScoreRequest,
+    batches,
+    count_plans,
+    plan_request,
+    token_batches,
 )
 from cube.errors import CubeError
 from cube.tokenization import Encoder, encode_ids

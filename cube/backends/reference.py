@@ -18,7 +18,13 @@ import numpy as np
 from tqdm import tqdm
 
 from cube.backends.base import (
-    Backend, ContinuationLogprobs, ForwardCounter, GenerationResult, ScoreRequest, batches, count_plans,
+    Backend,
+    ContinuationLogprobs,
+    ForwardCounter,
+    GenerationResult,
+    ScoreRequest,
+    batches,
+    count_plans,
     plan_request,
 )
 from cube.backends.hf import eos_token_ids

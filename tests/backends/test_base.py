@@ -14,7 +14,7 @@ def test_plan_shares_the_prefix_every_continuation_keeps():
     tok = char_bpe(["Q", ":", "A", "B"], merges=[(":", "A")])
     plan = plan_request(tok, ScoreRequest("QQ:", ("A", "B", "BB")))
     assert plan.shared_ids == tuple(tok.encode("QQ").ids)  # ':' is not shared with "QQ:A"
-    merged, single, double = plan.continuations
+    merged, single, _ = plan.continuations
     assert merged.boundary_merge and not single.boundary_merge
     assert merged.continuation_ids == tuple(tok.encode(":A").ids)
     # What must run past the shared prefix: the re-tokenized ":A" needs nothing (its only token is

