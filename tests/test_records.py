@@ -9,12 +9,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from cube.checksums import sha256_file
 from cube.errors import RecordsError
 from cube.items import load_cmmlu
 from cube.records import (
     MANIFEST_NAME,
     SCHEMA_METADATA_KEY,
-    _sha256,
     conform,
     from_columns,
     group_ids,
@@ -49,7 +49,7 @@ def write_raw(store, name: str, data: pa.Table, version: str = SCHEMA_VERSION) -
     manifest_path = store / MANIFEST_NAME
     manifest = (json.loads(manifest_path.read_text()) if manifest_path.exists()
                 else {"schema_version": SCHEMA_VERSION, "files": {}})
-    manifest["files"][name] = {"sha256": _sha256(path), "rows": data.num_rows}
+    manifest["files"][name] = {"sha256": sha256_file(path), "rows": data.num_rows}
     manifest_path.write_text(json.dumps(manifest))
 
 
@@ -65,7 +65,7 @@ def test_round_trip_partitions_by_model_and_pins_every_file(tmp_path):
     assert manifest["schema_version"] == SCHEMA_VERSION
     assert manifest["synthetic"] is False and manifest["metadata"] == {"run": "unit"}
     for name, entry in manifest["files"].items():
-        assert entry["sha256"] == _sha256(tmp_path / name)
+        assert entry["sha256"] == sha256_file(tmp_path / name)
     back = read_records(tmp_path)
     assert back.schema.equals(RECORD_SCHEMA)
     assert rows_sorted(back) == rows_sorted(data)
