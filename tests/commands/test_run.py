@@ -1,0 +1,50 @@
+"""`cube run` end to end on a real demo model (SmolLM2-135M, converted once into the store)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from cube.cli import main
+from cube.config import REPO_ROOT
+
+
+def run_cli(*argv):
+    return subprocess.run([sys.executable, "-m", "cube", "run", *argv], capture_output=True, text=True, cwd=REPO_ROOT)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--model", "nope"], "unknown model 'nope'"),
+    (["--model", "smollm2-135m-instruct", "--scorers", "M9"], "unknown scorer 'M9'"),
+    (["--model", "smollm2-135m-instruct", "--shard", "3/2"], "--shard 3/2"),
+    (["--model", "smollm2-135m-instruct", "--shard", "x"], "--shard 'x' must look like K/N"),
+    (["--model", "smollm2-135m-instruct", "--label-sets", "L9"], "unknown label set 'L9'"),
+    (["--model", "smollm2-135m-instruct", "--shots", "five"], "--shots 'five'"),
+])
+def test_bad_arguments_are_one_line_errors(tmp_path, argv, needle):
+    proc = run_cli("--out", str(tmp_path / "out"), "--subjects", "anatomy", "--sample", "1", *argv)
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("cube: error: ") and needle in last
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.registry
+def test_real_model_run_writes_records_and_resumes(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from cube.records import read_records
+
+    out = tmp_path / "records"
+    argv = ["run", "--model", "smollm2-135m-instruct", "--subjects", "anatomy,virology", "--sample", "2",
+            "--label-sets", "L1_halfwidth,L4_circled", "--scorers", "M1-seq,M1-strict", "--out", str(out)]
+    assert main(argv) == 0
+    table = read_records(out)
+    assert table.num_rows == 2 * 2 * 2  # items x label sets x scorers
+    circled = [r for r in table.to_pylist() if r["label_set"] == "L4_circled" and r["scorer"] == "M1-strict"]
+    assert all(r["tied"] and r["tie_groups"] == "0=1=2=3" for r in circled)  # predicted DEGEN for smollm2
+    capsys.readouterr()
+    assert main(argv) == 0  # a re-run finds every shard done
+    assert "0 shards to run" in capsys.readouterr().err
+    assert read_records(out).num_rows == table.num_rows
