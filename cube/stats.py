@@ -90,7 +90,11 @@ def wilson_interval(
     denom = 1.0 + z * z / n
     centre = (p + z * z / (2.0 * n)) / denom
     half = z * np.sqrt(p * (1.0 - p) / n + z * z / (4.0 * n * n)) / denom
-    return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+    # The interval always contains p; at p = 0 or 1 the bound is exact in closed form but
+    # centre - half rounds to ~1e-17 off it, so clamp to p (and to [0, 1]).
+    lo = np.minimum(np.clip(centre - half, 0.0, 1.0), p)
+    hi = np.maximum(np.clip(centre + half, 0.0, 1.0), p)
+    return lo, hi
 
 
 def accuracy_ci(correct: ArrayLike, level: float = 0.95) -> tuple[float, float, float]:

@@ -407,3 +407,10 @@ def test_footrule_multiple_hand_cases() -> None:
     assert all(math.isnan(x) for x in footrule_multiple(0.0, zero))
     with pytest.raises(CubeError, match="observed footrule"):
         footrule_multiple(1.5, floor)
+
+
+@pytest.mark.parametrize("k, n", [(0, 5), (5, 5), (0, 1), (7, 7), (0, 1000)])
+def test_wilson_interval_contains_the_boundary_proportion_exactly(k, n):
+    acc, lo, hi = accuracy_ci(np.array([True] * k + [False] * (n - k)))
+    assert lo <= acc <= hi
+    assert (lo == 0.0) if k == 0 else (hi == 1.0)
