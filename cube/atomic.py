@@ -5,10 +5,16 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 
-def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over ``path``."""
+def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644,
+                       before_rename: Callable[[], None] | None = None) -> None:
+    """Write to a temp file in the same folder, fsync, then rename over ``path``.
+
+    ``before_rename`` runs once the data is safely on disk but before it becomes visible under
+    ``path``: a records store lists a shard in its manifest there, so a shard never appears unlisted.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -18,6 +24,8 @@ def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644) -> None
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
+        if before_rename is not None:
+            before_rename()
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

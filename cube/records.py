@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,7 +40,7 @@ except ImportError:  # pragma: no cover
     fcntl = None
 
 from cube.checksums import sha256_file
-from cube.atomic import atomic_write_text
+from cube.atomic import atomic_write_bytes, atomic_write_text
 from cube.errors import RecordsError
 from cube.items import Item
 from cube.schema import KEY_COLUMNS, RECORD_SCHEMA, SCHEMA_METADATA_KEY, SCHEMA_VERSION, SCORER_NAMES
@@ -511,18 +509,12 @@ def _write_checked_shard(
     pq.write_table(table, sink, compression="zstd")
     data = sink.getvalue().to_pybytes()
     entry = {"sha256": hashlib.sha256(data).hexdigest(), "rows": table.num_rows}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+
+    def list_in_manifest() -> None:
         with _manifest_lock(directory):
             _update_manifest(directory, {name: entry}, synthetic, metadata)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+
+    atomic_write_bytes(path, data, before_rename=list_in_manifest)
     return path
 
 

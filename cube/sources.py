@@ -15,7 +15,6 @@ GGUF and tiktoken conversions are cached as ``tokenizer.json`` keyed by the sour
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -188,15 +187,7 @@ def _converted(path: Path, fmt: str, sha256: str | None) -> Tokenizer:
         tok = tokenizer_from_gguf(read_gguf_metadata(path), where=str(path))
     else:
         tok = tokenizer_from_tiktoken(path)
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cached.parent, prefix=".conv-")
-    os.close(fd)
-    try:
-        tok.save(tmp)
-        os.replace(tmp, cached)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic_write_text(cached, tok.to_str())
     return tok
 
 
