@@ -150,8 +150,9 @@ def _normal_strings(texts: Sequence[str]) -> list[str]:
 @dataclass(frozen=True)
 class ScrubResult:
     text: str
-    n_removed_spans: int
+    n_removed_spans: int  # all removed spans, own item and other items
     n_removed_chars: int
+    n_other_item_spans: int = 0  # of those, spans the audit matched to another item (``index``)
 
 
 def scrub(
@@ -162,6 +163,7 @@ def scrub(
     marker: str = MARKER,
     min_option_chars: int = MIN_OPTION_CHARS,
     min_question_chars: int = MIN_QUESTION_CHARS,
+    index: "LeakageIndex | None" = None,
 ) -> ScrubResult:
     """Remove the item's own text from a free-text field before release.
 
@@ -172,6 +174,10 @@ def scrub(
     characters that also occurs in the question. The audit counts exactly these as leaks, so a
     scrubbed record passes it for its own item. Each removed span, widened to whole original
     characters, becomes ``marker`` so that readers see that something was cut.
+
+    With ``index``, whatever the audit would still find afterwards (a model quoting ANOTHER item,
+    in practice a short option from the same subject, such as a term of art) is removed too, so
+    the result passes the audit against every indexed item by construction.
     """
     normal, source = normalize_for_match(text)
     question_normal = _normal_string(question)
@@ -192,16 +198,26 @@ def scrub(
         if not after_phrases[i : i + window].any() and normal[i : i + window] in question_windows:
             removed[i : i + window] = True
     spans = _original_spans(removed, source)
+    own = _replace_spans(text, spans, marker)
+    if index is None:
+        return ScrubResult(own, len(spans), sum(end - begin for begin, end in spans))
+    others = [(hit.offset, hit.offset + hit.n_chars) for hit in audit_texts([own], index)]
+    return ScrubResult(
+        text=_replace_spans(own, others, marker),
+        n_removed_spans=len(spans) + len(others),
+        n_removed_chars=sum(end - begin for begin, end in spans + others),
+        n_other_item_spans=len(others),
+    )
+
+
+def _replace_spans(text: str, spans: list[tuple[int, int]], marker: str) -> str:
+    """``text`` with each sorted, disjoint [begin, end) span replaced by ``marker``."""
     pieces, cursor = [], 0
     for begin, end in spans:
         pieces += [text[cursor:begin], marker]
         cursor = end
     pieces.append(text[cursor:])
-    return ScrubResult(
-        text="".join(pieces),
-        n_removed_spans=len(spans),
-        n_removed_chars=sum(end - begin for begin, end in spans),
-    )
+    return "".join(pieces)
 
 
 def _original_spans(removed: np.ndarray, source: np.ndarray) -> list[tuple[int, int]]:

@@ -26,6 +26,7 @@ from cube.backends.base import Backend, ContinuationLogprobs, ScoreRequest
 from cube.errors import ConfigError
 from cube.extract import extract_lenient, extract_strict
 from cube.items import Item
+from cube.leakage import LeakageIndex, scrub
 from cube.prompts import Cell, cloze_prompt, judgement_prompts, load_templates, render_prompt
 from cube.scorers import SCORERS, ContinuationScores, ScoreResult, decide, option_distribution
 
@@ -50,6 +51,9 @@ class RunSpec:
     shard: tuple[int, int] = (0, 1)  # (K, N): this process runs chunks with index % N == K
     max_new_tokens: int | None = None
     extra: dict = field(default_factory=dict)  # logged only (dtype, backend, sample seed, ...)
+    # Every item of the benchmark, indexed, so that a generation quoting ANOTHER item is scrubbed
+    # before it is written too (cube.leakage); None scrubs against the record's own item only.
+    leakage_index: LeakageIndex | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.scorers if s not in ALL_SCORERS]
@@ -207,9 +211,12 @@ def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> 
         prompt = render_prompt(item, job.cell, list(spec.dev_items))
         shown = [item.options[i] for i in prompt.permutation]
         text = seen + gen.text
+        # The extractors read the raw text; the record keeps it scrubbed of the item's own text
+        # (and of any other item's, given the index), so benchmark text never reaches disk.
+        stored = scrub(gen.text, item.question, item.options, index=spec.leakage_index).text
         for scorer, pred in (("M6-strict", extract_strict(text, labels)),
                              ("M6-lenient", extract_lenient(text, labels, shown))):
-            rows.append(_record(spec.model, item, scorer, key, prompt.gold, None, None, gen.text, pred))
+            rows.append(_record(spec.model, item, scorer, key, prompt.gold, None, None, stored, pred))
     return rows
 
 

@@ -26,12 +26,15 @@ answer_only() {  # M6 answer-only generation on ABCD
 true_false() {  # each item as four 对/错 statements: partial-credit groups (1 item per subject)
   $CUBE run --model "$1" --sample 67 "${COMMON[@]}" --scorers TF
 }
+chain_of_thought() {  # M6 chain-of-thought on ABCD for a subset (1 item per subject; 512 new tokens)
+  $CUBE run --model "$1" --sample 67 "${COMMON[@]}" --label-sets L1_halfwidth --cues zh_cue --scorers M6-cot
+}
 five_shot() {  # 5-shot on ABCD for a subset (2 items per subject)
   $CUBE run --model "$1" --sample 134 "${COMMON[@]}" \
     --label-sets L1_halfwidth --cues zh_cue --shots 5 --scorers M1-seq,M1-strict
 }
 
-for step in ${STEPS:-label_sets_zh true_false whitespace_pair answer_only five_shot}; do
+for step in ${STEPS:-label_sets_zh true_false whitespace_pair answer_only five_shot chain_of_thought}; do
   for model in "${MODELS[@]}"; do
     "$step" "$model"
   done

@@ -441,3 +441,18 @@ def test_scrub_uses_its_own_marker_and_window():
     assert scrub(text, question, ()).text == text  # 15 characters: under the default window
     result = scrub(text, question, (), window=10, marker="<cut>")
     assert result.text == "引用：<cut>。" and result.n_removed_spans == 1
+
+
+def test_scrub_with_the_index_also_removes_another_items_text_and_then_passes_the_audit(items, index, sep):
+    own = items[0]
+    other, span = pick_span(items[len(items) // 2 :], 25)
+    option = next(o for it in items[1:] for o in it.options
+                  if len(normal(o)) >= 6 and audit_texts([o], index)
+                  and not contains_phrase(build_index([own]), o) and normal(o) not in normal(own.question))
+    text = f"我认为{sep}{every_disguise(span)}{sep}所以{sep}{option}"
+    without = scrub(text, own.question, own.options)
+    assert without.n_removed_spans == 0 and audit_texts([without.text], index)  # own item only
+    result = scrub(text, own.question, own.options, index=index)
+    assert result.n_other_item_spans == result.n_removed_spans == 2, result
+    assert result.text.startswith("我认为") and result.text.count(MARKER) == 2
+    assert audit_texts([result.text], index) == []

@@ -134,3 +134,32 @@ def test_true_false_groups_feed_the_partial_credit_ladder(tmp_path, items, tiny_
     assert gap.mean_additive == Fraction(sum(expected), 4 * len(expected))
     assert main(["credit", "gap", str(tmp_path), "--summary"]) == 0
     assert "model tiny:" in capsys.readouterr().out
+
+
+def test_generations_are_scrubbed_of_every_items_text_before_they_reach_disk(tmp_path, items, tiny_qwen3, qwen3_tokenizer):
+    """A model that quotes its own option and another item's: the lenient extractor reads the
+    quote, the record keeps markers, so benchmark text never reaches a record file."""
+    from cube.backends.base import GenerationResult
+    from cube.leakage import MARKER, audit_texts, build_index
+
+    index = build_index(items)
+    long_option = [(it, k) for it in items for k, o in enumerate(it.options)
+                   if len(o) >= 6 and len(audit_texts([o], index)) == 1]
+    assert len({it.uid for it, _ in long_option}) >= 2, "the fixture sample needs two items with long options"
+    item, k = long_option[0]
+    other = next(it.options[j] for it, j in long_option if it.uid != item.uid)
+
+    class QuotesOptions(HFBackend):
+        def generate(self, prompts, max_new_tokens, batch_size=8):
+            return [GenerationResult(f"我认为是{item.options[k]}，不是{other}" if item.question in p else "不知道", ())
+                    for p in prompts]
+
+    sets = load_label_sets()
+    spec = RunSpec(model="tiny", items=(item,), cells=(Cell(sets["L1_halfwidth"], "zh_cue", 0),),
+                   scorers=("M6",), shard_size=4, batch_size=4, max_new_tokens=3, leakage_index=index)
+    run(QuotesOptions(tiny_qwen3, qwen3_tokenizer, progress=False), spec, tmp_path, progress=False)
+    rows = {r["scorer"]: r for r in read(tmp_path)}
+    assert rows["M6-lenient"]["pred"] == k  # extracted from the raw quote
+    assert rows["M6-strict"]["parse_failed"]
+    assert rows["M6-lenient"]["generation"] == f"我认为是{MARKER}，不是{MARKER}"
+    assert not audit_texts([r["generation"] for r in rows.values()], index)

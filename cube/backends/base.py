@@ -146,25 +146,36 @@ def batches(order: list[int], size: int) -> list[list[int]]:
     return [order[i:i + size] for i in range(0, len(order), size)]
 
 
-def token_batches(order: list, lengths: list[int], max_rows: int, max_tokens: int) -> list[list]:
+def token_batches(
+    order: list, lengths: list[int], max_rows: int, max_tokens: int, min_fill: float = 0.75
+) -> list[list]:
     """Consecutive runs of ``order`` (sorted longest first) of at most ``max_rows`` rows and
-    ``max_tokens`` padded tokens (a run's rows times its longest row), but never empty.
+    ``max_tokens`` padded tokens (a run's rows times its longest row), at least ``min_fill`` of
+    them real tokens, but never empty.
 
     A fixed row count wastes most of a batch on padding when lengths vary widely (a long tail of
-    long questions); a token budget shrinks the batches of long rows and grows those of short ones.
+    long questions, one long option among short ones); a token budget shrinks the batches of long
+    rows and grows those of short ones, and the fill bound starts a new batch rather than pad a
+    short row out to a long one. On a CPU a smaller batch costs little per token; padding costs
+    in full. A single row of any length still gets a batch of its own.
     """
     if max_rows < 1 or max_tokens < 1:
         raise CubeError(f"batch limits must be at least 1, got {max_rows} rows and {max_tokens} tokens")
+    if not 0.0 <= min_fill <= 1.0:
+        raise CubeError(f"min_fill must be in [0, 1], got {min_fill}")
     out: list[list] = []
     current: list = []
-    longest = 0
+    longest = real = 0
     for key, n in zip(order, lengths):
         grown = max(longest, n)
-        if current and (len(current) + 1 > max_rows or (len(current) + 1) * grown > max_tokens):
+        rows = len(current) + 1
+        if current and (
+            rows > max_rows or rows * grown > max_tokens or real + n < min_fill * rows * grown
+        ):
             out.append(current)
-            current, grown = [], n
+            current, grown, real = [], n, 0
         current.append(key)
-        longest = grown
+        longest, real = grown, real + n
     if current:
         out.append(current)
     return out

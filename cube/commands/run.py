@@ -50,7 +50,8 @@ def build_spec(args: argparse.Namespace):
     from cube.items import default_benchmark_root, load_items, stratified_sample
     from cube.label_sets import select_label_sets
     from cube.prompts import Cell
-    from cube.runner import RunSpec
+    from cube.leakage import build_index
+    from cube.runner import GENERATION_SCORERS, RunSpec
 
     root = args.data or default_benchmark_root(args.benchmark)
     subjects = _csv(args.subjects) if args.subjects else None
@@ -62,10 +63,15 @@ def build_spec(args: argparse.Namespace):
     except ValueError:
         raise ConfigError(f"--shots {args.shots!r} must be comma-separated integers") from None
     dev = load_items(args.benchmark, root, splits=("dev",), subjects=subjects) if any(shots) else []
+    scorers = tuple(_csv(args.scorers))
+    index = None
+    if set(scorers) & set(GENERATION_SCORERS):  # generations are scrubbed of every item's text
+        splits = [s for s in ("dev", "val", "test") if (Path(root) / s).is_dir()]
+        index = build_index(load_items(args.benchmark, root, splits=splits))
     cells = [Cell(ls, ctx, n, order) for ls in select_label_sets(_csv(args.label_sets))
              for ctx in _csv(args.contexts) for n in shots for order in _csv(args.orders)]
     return RunSpec(
-        model=args.model, items=tuple(items), cells=tuple(cells), scorers=tuple(_csv(args.scorers)),
+        model=args.model, items=tuple(items), cells=tuple(cells), scorers=scorers, leakage_index=index,
         dev_items=tuple(dev), shard_size=args.shard_size, batch_size=args.batch_size,
         shard=_shard(args.shard), max_new_tokens=args.max_new_tokens,
         extra={"benchmark": args.benchmark, "split": args.split, "sample": args.sample, "seed": args.seed,

@@ -46,3 +46,23 @@ def test_token_batches_respect_both_limits_and_keep_order(max_rows, max_tokens):
         assert 1 <= len(batch) <= max_rows
         # A single over-long row still gets a batch of its own.
         assert len(batch) == 1 or len(batch) * max(length_of[k] for k in batch) <= max_tokens
+
+
+@pytest.mark.parametrize("min_fill", [0.0, 0.5, 0.75, 0.9, 1.0])
+def test_token_batches_pad_short_rows_to_a_long_one_only_within_the_fill_bound(min_fill):
+    lengths = [80, 9, 9, 8, 7, 5, 5, 4, 2, 1, 1, 1]
+    keys = list(range(len(lengths)))
+    out = token_batches(keys, lengths, 16, 10_000, min_fill=min_fill)
+    assert [k for b in out for k in b] == keys
+    for batch in out:
+        real, padded = sum(lengths[k] for k in batch), len(batch) * max(lengths[k] for k in batch)
+        assert len(batch) == 1 or real >= min_fill * padded
+    if min_fill == 0.0:  # no bound: the row and token limits alone, one batch here
+        assert out == [keys]
+    elif min_fill >= 0.75:  # the long option does not drag the short ones out to 80 tokens
+        assert out[0] == [0]
+
+
+def test_token_batches_reject_a_fill_bound_outside_0_1():
+    with pytest.raises(CubeError, match="min_fill must be in"):
+        token_batches([1], [1], 4, 100, min_fill=1.5)

@@ -44,6 +44,28 @@ def test_hf_backend_equals_reference(model, tokenizer, requests, reference_score
     assert_same_scores(got, reference_scores, requests)
 
 
+def test_bf16_scoring_stays_within_bf16_noise_and_never_ties_distinct_tokens(model, tokenizer, requests):
+    """bf16 runs the head's normaliser in bf16 and each scored logit in fp32: the result is as
+    close to the fp32 reference as the bf16 reference is, and distinct tokens do not tie."""
+    import copy
+
+    bf16 = copy.deepcopy(model).to(torch.bfloat16)
+    fp32_ref = ReferenceBackend(model, tokenizer, progress=False).score(requests)
+    bf16_ref = ReferenceBackend(bf16, tokenizer, progress=False).score(requests)
+    ours = HFBackend(bf16, tokenizer, progress=False).score(requests, batch_size=5)
+
+    def worst(got):
+        return max(abs(g.logprobs - w.logprobs).max() for gi, wi in zip(got, fp32_ref) for g, w in zip(gi, wi))
+
+    assert worst(ours) <= 2 * worst(bf16_ref) + 1e-3
+    for item in ours:
+        firsts = {}
+        for cont in item:
+            if len(cont.token_ids) == 1:
+                firsts.setdefault(float(cont.logprobs[0]), set()).add(cont.token_ids[0])
+        assert all(len(ids) == 1 for ids in firsts.values())
+
+
 def test_all_logits_baseline_equals_reference(model, tokenizer, requests, reference_scores):
     subset = slice(0, 6)
     got = AllLogitsBackend(model, tokenizer, progress=False).score(requests[subset], batch_size=4)
