@@ -19,7 +19,8 @@ from cube import __version__
 from cube.config import load_config
 from cube.errors import ConfigError, PredictionMismatch
 from cube.label_sets import LabelSet
-from cube.tokenization import Encoder, encode_ids, tokens_in_context
+from cube.prompts import context_tokenization
+from cube.tokenization import Encoder, continuation_tokenizer, encode_ids
 
 SCHEMA = "cube.audit/1"
 
@@ -32,6 +33,7 @@ class Context:
     cue: str
     label_prefix: str
     description: str = ""
+    tokenization: str = "in_context"  # or "separate": see cube.tokenization
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,8 @@ def load_contexts(names: Iterable[str] | None = None) -> list[Context]:
         if name not in raw:
             raise ConfigError(f"unknown answer context {name!r}; known: {', '.join(order)}")
         c = raw[name]
-        out.append(Context(name, str(c["cue"]), str(c.get("label_prefix", "")), str(c.get("description", ""))))
+        out.append(Context(name, str(c["cue"]), str(c.get("label_prefix", "")), str(c.get("description", "")),
+                           context_tokenization(templates, name)))
     return out
 
 
@@ -98,9 +101,10 @@ def audit_cell(tokenizer: Encoder, family: str, label_set: LabelSet, context: Co
                templates: dict | None = None) -> CellAudit:
     prompt = audit_prompt(label_set, context, templates)
     prompt_ids = encode_ids(tokenizer, prompt)
+    tokenize = continuation_tokenizer(context.tokenization)
     labels = []
     for label in label_set.labels:
-        tic = tokens_in_context(tokenizer, prompt, context.label_prefix + label, context_ids=prompt_ids)
+        tic = tokenize(tokenizer, prompt, context.label_prefix + label, context_ids=prompt_ids)
         ids = tic.continuation_ids
         if not ids:
             raise ConfigError(f"{family}: label {label!r} adds no tokens after the prompt")

@@ -15,6 +15,7 @@ from cube.config import config_dir, load_config
 from cube.errors import ConfigError, ItemsError
 from cube.items import Item
 from cube.label_sets import LabelSet
+from cube.tokenization import continuation_tokenizer
 
 ORIGINAL_ORDER = "original"
 _SHIFT = re.compile(r"shift([1-9][0-9]*)")
@@ -47,6 +48,7 @@ class Prompt:
     label_continuations: tuple[str, ...]  # label_prefix + label, one per displayed position
     gold: int | None  # displayed position of the gold option; None where the split has no answers
     permutation: tuple[int, ...]  # displayed position -> original option index
+    tokenization: str = "in_context"  # how the labels are tokenized after the context
 
 
 class ClozePrompt(NamedTuple):
@@ -88,6 +90,14 @@ def _field(templates: Any, *keys: str) -> Any:
             raise ConfigError(f"config/templates.yaml has no {'.'.join(keys[: depth + 1])!r}")
         node = node[key]
     return node
+
+
+def context_tokenization(templates: dict, name: str) -> str:
+    """How a named answer context tokenizes its labels: 'in_context' unless it says 'separate'."""
+    answer_context(templates, name)  # a clear error for an unknown context
+    value = str(templates["contexts"][name].get("tokenization", "in_context"))
+    continuation_tokenizer(value)  # a clear error for an unknown tokenization
+    return value
 
 
 def answer_context(templates: dict, name: str) -> tuple[str, str]:
@@ -188,6 +198,7 @@ def render_prompt(
         label_continuations=tuple(label_prefix + label for label in labels),
         gold=gold,
         permutation=permutation,
+        tokenization=context_tokenization(templates, cell.context),
     )
 
 

@@ -160,7 +160,7 @@ def _as_scores(conts: list[ContinuationLogprobs], texts: tuple[str, ...],
 
 def run_label_job(backend: Backend, spec: RunSpec, job: Job) -> list[dict]:
     prompts = [render_prompt(it, job.cell, list(spec.dev_items)) for it in job.items]
-    outs = backend.score([ScoreRequest(p.context, p.label_continuations) for p in prompts], spec.batch_size)
+    outs = backend.score([ScoreRequest(p.context, p.label_continuations, p.tokenization) for p in prompts], spec.batch_size)
     key = (job.cell.label_set.name, job.cell.context, job.cell.shots, job.cell.order)
     rows = []
     for item, prompt, conts in zip(job.items, prompts, outs):

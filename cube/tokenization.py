@@ -1,15 +1,23 @@
-"""How a continuation is tokenized *in context* — shared by the audit and the harness.
+"""How a continuation is tokenized after its context — shared by the audit and the harness.
 
-A label's tokens are the tokens of ``context + label`` past their longest common prefix with the
-tokens of ``context`` alone. Taking ``len(tokenize(context))`` as the cut is wrong whenever the
-label merges with the end of the context (e.g. ``"答案："`` + ``"A"`` becoming one pre-token);
-then the context's own last tokens change and we flag the cell instead of hiding it.
+*In context* (cube's default): a label's tokens are the tokens of ``context + label`` past their
+longest common prefix with the tokens of ``context`` alone. Taking ``len(tokenize(context))`` as
+the cut is wrong whenever the label merges with the end of the context (e.g. ``"答案："`` + ``"A"``
+becoming one pre-token); then the context's own last tokens change and we flag the cell instead
+of hiding it. The model scores the text as it would read it.
+
+*Separately* (what lm-evaluation-harness does): ``tokenize(context) + tokenize(label)``. A prompt
+ending in a space then keeps that space as a token of its own and the label comes without one,
+a sequence the model rarely saw in training: the MMLU whitespace effect. It is a protocol a study
+may need to reproduce, so it is a named answer context (``tokenization: separate``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol, Sequence
+
+from cube.errors import ConfigError
 
 
 class Encoder(Protocol):
@@ -54,3 +62,22 @@ def tokens_in_context(
     ctx = context_ids if context_ids is not None else encode_ids(tokenizer, context, add_special_tokens)
     full = encode_ids(tokenizer, context + continuation, add_special_tokens)
     return InContext(ctx, full, common_prefix_len(ctx, full))
+
+
+def tokens_separately(
+    tokenizer: Encoder, context: str, continuation: str, add_special_tokens: bool = True,
+    context_ids: tuple[int, ...] | None = None,
+) -> InContext:
+    """``tokenize(context) + tokenize(continuation)``: never a boundary merge (module docstring)."""
+    ctx = context_ids if context_ids is not None else encode_ids(tokenizer, context, add_special_tokens)
+    return InContext(ctx, ctx + encode_ids(tokenizer, continuation, add_special_tokens=False), len(ctx))
+
+
+TOKENIZATIONS = {"in_context": tokens_in_context, "separate": tokens_separately}
+
+
+def continuation_tokenizer(name: str):
+    """The tokenization function of a protocol's ``tokenization`` name."""
+    if name not in TOKENIZATIONS:
+        raise ConfigError(f"unknown tokenization {name!r}; known: {', '.join(TOKENIZATIONS)}")
+    return TOKENIZATIONS[name]

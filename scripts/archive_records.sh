@@ -20,6 +20,10 @@ whitespace_pair() {  # the English whitespace pair on ABCD
   $CUBE run --model "$1" --sample 600 "${COMMON[@]}" \
     --label-sets L1_halfwidth --cues en_label_space,en_prompt_space --scorers M1-seq,M1-strict
 }
+whitespace_separate() {  # en_prompt_space tokenized lm-evaluation-harness style (context and label apart)
+  $CUBE run --model "$1" --sample 600 "${COMMON[@]}" \
+    --label-sets L1_halfwidth --cues en_prompt_space_separate --scorers M1-seq,M1-strict
+}
 answer_only() {  # M6 answer-only generation on ABCD
   $CUBE run --model "$1" --sample 600 "${COMMON[@]}" --label-sets L1_halfwidth --cues zh_cue --scorers M6
 }
@@ -34,7 +38,7 @@ five_shot() {  # 5-shot on ABCD for a subset (2 items per subject)
     --label-sets L1_halfwidth --cues zh_cue --shots 5 --scorers M1-seq,M1-strict
 }
 
-for step in ${STEPS:-label_sets_zh true_false whitespace_pair answer_only five_shot chain_of_thought}; do
+for step in ${STEPS:-label_sets_zh true_false whitespace_pair whitespace_separate answer_only five_shot chain_of_thought}; do
   for model in "${MODELS[@]}"; do
     "$step" "$model"
   done

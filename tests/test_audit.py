@@ -64,10 +64,13 @@ def test_first_token_collisions_keeps_label_order():
 def test_contexts_come_from_config_with_the_default_first():
     names = [c.name for c in load_contexts()]
     assert names[0] == "zh_cue"
-    assert set(names) == {"zh_cue", "zh_cue_newline", "en_label_space", "en_prompt_space"}
+    assert set(names) == {"zh_cue", "zh_cue_newline", "en_label_space", "en_prompt_space",
+                          "en_prompt_space_separate"}
     by = {c.name: c for c in load_contexts()}
     assert (by["en_label_space"].cue, by["en_label_space"].label_prefix) == ("Answer:", " ")
     assert (by["en_prompt_space"].cue, by["en_prompt_space"].label_prefix) == ("Answer: ", "")
+    assert by["en_prompt_space_separate"].cue == by["en_prompt_space"].cue
+    assert [by[n].tokenization for n in ("en_prompt_space", "en_prompt_space_separate")] == ["in_context", "separate"]
 
 
 # ---- real tokenizers -----------------------------------------------------------------------------

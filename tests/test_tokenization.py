@@ -1,3 +1,6 @@
+import pytest
+
+from cube.errors import ConfigError
 from cube.tokenization import common_prefix_len, tokens_in_context
 from tests.synthetic import char_bpe
 
@@ -31,3 +34,21 @@ def test_bos_does_not_change_the_continuation():
     b = tokens_in_context(with_bos, "Q:", "AB")
     assert b.full_ids[0] == 1 and a.full_ids[0] != 1
     assert a.continuation_ids == b.continuation_ids
+
+
+@pytest.mark.registry
+def test_separate_tokenization_keeps_the_prompts_space_and_never_merges(qwen3_tokenizer):
+    """lm-evaluation-harness style: tokenize(context) + tokenize(label). 'Answer: ' + 'A' then
+    scores the bare 'A' after a lone space token, where in context it is ' A' after 'Answer:'."""
+    from cube.tokenization import continuation_tokenizer, encode_ids, tokens_in_context, tokens_separately
+
+    tok = qwen3_tokenizer
+    apart = tokens_separately(tok, "Answer: ", "A")
+    together = tokens_in_context(tok, "Answer: ", "A")
+    assert apart.full_ids == encode_ids(tok, "Answer: ") + encode_ids(tok, "A", add_special_tokens=False)
+    assert apart.context_ids == encode_ids(tok, "Answer: ") and not apart.boundary_merge
+    assert apart.continuation_ids == encode_ids(tok, "A", add_special_tokens=False)
+    assert together.boundary_merge and together.continuation_ids != apart.continuation_ids
+    assert continuation_tokenizer("separate") is tokens_separately
+    with pytest.raises(ConfigError, match="unknown tokenization 'glued'"):
+        continuation_tokenizer("glued")

@@ -21,8 +21,8 @@ from cube.tokenization import (
     Encoder,
     InContext,
     common_prefix_len,
+    continuation_tokenizer,
     encode_ids,
-    tokens_in_context,
 )
 
 
@@ -30,6 +30,7 @@ from cube.tokenization import (
 class ScoreRequest:
     context: str
     continuations: tuple[str, ...]
+    tokenization: str = "in_context"  # or "separate" (cube.tokenization.TOKENIZATIONS)
 
 
 @dataclass(frozen=True)
@@ -100,12 +101,14 @@ class RequestPlan:
 
 
 def plan_request(tokenizer: Encoder, request: ScoreRequest, add_special_tokens: bool = True) -> RequestPlan:
-    """Tokenize a request by the shared in-context rule; reject what cannot be scored."""
+    """Tokenize a request by its tokenization rule (in context by default); reject what cannot
+    be scored."""
     if not request.continuations:
         raise CubeError(f"score request with context {request.context[-40:]!r} has no continuations")
+    tokenize = continuation_tokenizer(request.tokenization)
     ctx = encode_ids(tokenizer, request.context, add_special_tokens)
     conts = tuple(
-        tokens_in_context(tokenizer, request.context, c, add_special_tokens, context_ids=ctx)
+        tokenize(tokenizer, request.context, c, add_special_tokens, context_ids=ctx)
         for c in request.continuations
     )
     shared = len(ctx)

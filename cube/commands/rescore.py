@@ -23,6 +23,17 @@ SLICE_OPTIONS = (
 )
 
 
+def text_list(value: str) -> list[str]:
+    return [v for v in value.split(",") if v]
+
+
+def shots_list(value: str) -> list[int]:
+    try:
+        return [int(v) for v in text_list(value)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a comma-separated list of integers") from None
+
+
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "rescore",
@@ -31,9 +42,9 @@ def register(subparsers) -> None:
     )
     parser.add_argument("records", help="records folder (holds MANIFEST.json)")
     for dest, flag in SLICE_OPTIONS:
-        parser.add_argument(flag, dest=dest, action="append", metavar=dest.upper(),
-                            type=int if dest == "shots" else str,
-                            help=f"keep only this {dest.replace('_', ' ')} (repeatable)")
+        parser.add_argument(flag, dest=dest, action="extend", metavar=dest.upper(),
+                            type=shots_list if dest == "shots" else text_list,
+                            help=f"keep only these {dest.replace('_', ' ')}s (comma-separated; repeatable)")
     parser.add_argument("--level", choices=("subject", "category", "overall"), default="overall")
     parser.add_argument("--taxonomy", choices=("cmmlu", "ceval"), default=None,
                         help="subject categories (default: each benchmark's own)")

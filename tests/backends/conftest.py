@@ -17,7 +17,8 @@ LABEL_SETS = {
 }
 # (label set, answer context): the Chinese cue for every set; both English whitespace variants
 # on ABCD, whose en_prompt_space ('Answer: ' + 'A') merges the space into the label's token.
-CELLS = [(name, "zh_cue") for name in LABEL_SETS] + [("L1", "en_label_space"), ("L1", "en_prompt_space")]
+CELLS = [(name, "zh_cue") for name in LABEL_SETS] + [
+    ("L1", "en_label_space"), ("L1", "en_prompt_space"), ("L1", "en_prompt_space_separate")]
 
 
 def assert_same_scores(got, want, requests, tolerance: float = 1e-4):
@@ -48,7 +49,7 @@ def items(benchmarks_root):
     by_subject: dict[str, list] = {}
     for item in loaded:
         by_subject.setdefault(item.subject, []).append(item)
-    chosen = [it for rows in by_subject.values() for it in rows[:2]]
+    chosen = [it for rows in by_subject.values() for it in rows[:3]]
     assert len(chosen) >= len(CELLS)
     return chosen
 
@@ -63,7 +64,7 @@ def requests(items) -> list[ScoreRequest]:
     for i, item in enumerate(items):
         name, context = CELLS[i % len(CELLS)]
         prompt = render_prompt(item, Cell(LabelSet(name, LABEL_SETS[name]), context, 0))
-        out.append(ScoreRequest(prompt.context, prompt.label_continuations))
+        out.append(ScoreRequest(prompt.context, prompt.label_continuations, prompt.tokenization))
         if i % 2 == 0:
             cloze = cloze_prompt(item)
             out.append(ScoreRequest(cloze.context, cloze.continuations))

@@ -50,7 +50,7 @@ VLLM_SCRIPT = textwrap.dedent("""
         t0 = time.perf_counter()
         backend = VLLMBackend.from_config(job["model"], dtype="float32", progress=False)
         t1 = time.perf_counter()
-        scores = backend.score([ScoreRequest(r[0], tuple(r[1])) for r in job["requests"]])
+        scores = backend.score([ScoreRequest(r[0], tuple(r[1]), r[2]) for r in job["requests"]])
         t2 = time.perf_counter()
         gens = backend.generate(job["prompts"], job["max_new_tokens"])
         stopper = VLLMBackend(backend.llm, backend.tokenizer, frozenset(job["stop_ids"]), progress=False)
@@ -175,7 +175,7 @@ def vllm_result(vllm_python, model_folder, requests, prompts, reference, tmp_pat
     work = tmp_path_factory.mktemp("vllm-run")
     (work / "run_vllm.py").write_text(VLLM_SCRIPT, encoding="utf-8")
     job = {
-        "model": str(model_folder), "requests": [[r.context, list(r.continuations)] for r in requests],
+        "model": str(model_folder), "requests": [[r.context, list(r.continuations), r.tokenization] for r in requests],
         "prompts": prompts, "max_new_tokens": MAX_NEW_TOKENS,
         "stop_ids": sorted(reference["stop_ids"]), "stop_prompts": prompts[:1],
     }

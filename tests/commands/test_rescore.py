@@ -50,6 +50,15 @@ def test_overall_table_and_json(run, store):
     assert [(r["group"], r["n"], r["n_correct"]) for r in rows] == [("arts", 10, 8)]
 
 
+def test_a_slice_option_takes_a_comma_list_like_repeating_it(run, store):
+    _, listed, _ = run(store, "--model", "v1,v2", "--scorer", "M1-seq", "--json")
+    _, repeated, _ = run(store, "--model", "v1", "--model", "v2", "--scorer", "M1-seq", "--json")
+    rows = json.loads(listed)["rows"]
+    assert listed == repeated and {(r["model"], r["n_correct"]) for r in rows} == {("v1", 8), ("v2", 5)}
+    with pytest.raises(SystemExit):
+        run(store, "--shots", "0,x")
+
+
 def test_category_level_uses_the_cmmlu_taxonomy(run, store):
     code, out, _ = run(store, "--model", "v2", "--level", "category", "--json")
     groups = {(r["group"], r["aggregation"]) for r in json.loads(out)["rows"]}
