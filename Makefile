@@ -61,8 +61,14 @@ book-test: book system-deps
 smoke-test: $(STAMP)
 	$(BIN)/cube smoke
 
+# Every hot path's ratios, measured in one run each (minutes; nothing asserts a time).
 bench: $(STAMP)
 	$(BIN)/python benchmarks/audit_speed.py
+	$(BIN)/python benchmarks/harness_throughput.py --model random:qwen3-40m --items 40
+	$(BIN)/python benchmarks/harness_throughput.py --model smollm2-135m-instruct --items 40 --no-naive
+	$(BIN)/python benchmarks/stats_speed.py
+	$(BIN)/python benchmarks/leakage_scale.py
+	$(BIN)/python benchmarks/analysis_scale.py
 
 clean:
 	rm -rf $(VENV) .venv-vllm build _build book/_executed .pytest_cache

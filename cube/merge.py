@@ -23,10 +23,11 @@ from typing import Any
 from cube.checksums import sha256_file
 from cube.atomic import atomic_write_bytes, atomic_write_text
 from cube.errors import RecordsError
+from cube.provenance import RUNLOG_NAME
 from cube.records import MANIFEST_NAME, read_manifest
 from cube.schema import SCHEMA_VERSION
 
-RUNLOG = "runlog.jsonl"
+RUNLOG = RUNLOG_NAME
 
 
 @dataclass

@@ -44,6 +44,7 @@ from tqdm import tqdm
 
 from cube import __version__, leakage
 from cube.checksums import sha256_file
+from cube.provenance import RUNLOG_NAME  # the harness's per-model run log: versions, timings
 from cube.errors import CubeError, RecordsError
 from cube.items import Item
 from cube.schema import FREE_TEXT_COLUMNS, SCHEMA_VERSION
@@ -54,7 +55,6 @@ RECORDS_DIR = "records"
 PREDICTION_PATH = "predictions/audit_frozen.json"
 SUMS_NAME = "SHA256SUMS"
 MANIFEST_NAME = "MANIFEST.json"
-RUNLOG_NAME = "runlog.jsonl"  # the harness's per-model run log: versions, timings, model sha256
 PROTOCOL_COLUMNS = ("scorer", "label_set", "context", "shots", "order")
 
 # The study's benchmarks and the terms under which their items are published. Records name items

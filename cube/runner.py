@@ -27,6 +27,7 @@ from cube.errors import ConfigError
 from cube.extract import extract_lenient, extract_strict
 from cube.items import Item
 from cube.leakage import LeakageIndex, scrub
+from cube.provenance import RUNLOG_NAME
 from cube.prompts import Cell, cloze_prompt, judgement_prompts, load_templates, render_prompt
 from cube.scorers import SCORERS, ContinuationScores, ScoreResult, decide, option_distribution
 
@@ -305,7 +306,7 @@ def run(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | None = N
         "scorers": list(spec.scorers), "cells": [c.key for c in spec.cells], "n_items": len(spec.items),
         **spec.extra,
     }
-    logfile = out / spec.model / "runlog.jsonl"
+    logfile = out / spec.model / RUNLOG_NAME
     previous = logfile.read_text(encoding="utf-8") if logfile.exists() else ""
     atomic_write_text(logfile, previous + json.dumps(log, ensure_ascii=False) + "\n")
     return log

@@ -19,7 +19,7 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--subjects", help="comma-separated subjects (default: all)")
     p.add_argument("--label-sets", default="L1_halfwidth")
-    p.add_argument("--scorers", default="M1-seq,M1-strict", help="M1-seq,M1-strict,M2,M3,M4,M5,M6,M6-cot")
+    p.add_argument("--scorers", default="M1-seq,M1-strict", help="M1-seq,M1-strict,M2,M3,M4,M5,M6,M6-cot,TF")
     p.add_argument("--shots", default="0", help="comma-separated, e.g. 0,5")
     p.add_argument("--cues", "--contexts", dest="contexts", default="zh_cue", help="answer contexts")
     p.add_argument("--orders", default="original", help="original,shift1,...")
@@ -32,6 +32,24 @@ def register(subparsers) -> None:
     p.add_argument("--shard", default="0/1", help="K/N: run only chunks with index %% N == K")
     p.add_argument("--max-new-tokens", type=int, help="generation length (default from templates)")
     p.set_defaults(func=run)
+
+
+# What the run log records of a command line (all but --data and --device, which name this machine).
+RECORDED_OPTIONS = ("model", "benchmark", "split", "sample", "seed", "subjects", "label_sets", "scorers",
+                    "shots", "contexts", "orders", "backend", "dtype", "batch_size", "shard_size", "shard",
+                    "max_new_tokens", "out")
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The run as one explicit command (every option spelled out), for the run log and provenance."""
+    import shlex
+
+    parts = ["cube", "run"]
+    for dest in RECORDED_OPTIONS:
+        value = getattr(args, dest, None)
+        if value is not None:
+            parts += ["--cues" if dest == "contexts" else "--" + dest.replace("_", "-"), str(value)]
+    return shlex.join(parts)
 
 
 def _csv(value: str) -> list[str]:
@@ -75,7 +93,7 @@ def build_spec(args: argparse.Namespace):
         dev_items=tuple(dev), shard_size=args.shard_size, batch_size=args.batch_size,
         shard=_shard(args.shard), max_new_tokens=args.max_new_tokens,
         extra={"benchmark": args.benchmark, "split": args.split, "sample": args.sample, "seed": args.seed,
-               "dtype": args.dtype, "backend": args.backend},
+               "dtype": args.dtype, "backend": args.backend, "command": command_line(args)},
     )
 
 

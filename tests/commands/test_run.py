@@ -44,7 +44,14 @@ def test_real_model_run_writes_records_and_resumes(tmp_path, capsys):
     assert table.num_rows == 2 * 2 * 2  # items x label sets x scorers
     circled = [r for r in table.to_pylist() if r["label_set"] == "L4_circled" and r["scorer"] == "M1-strict"]
     assert all(r["tied"] and r["tie_groups"] == "0=1=2=3" for r in circled)  # predicted DEGEN for smollm2
+    import json
+    import shlex
+
+    logged = json.loads((out / "smollm2-135m-instruct" / "runlog.jsonl").read_text().splitlines()[-1])
+    replay = shlex.split(logged["command"])  # the logged command names every option: same run
+    assert replay[:2] == ["cube", "run"] and "--data" not in replay and "--device" not in replay
+    assert dict(zip(replay[2::2], replay[3::2]))["--label-sets"] == "L1_halfwidth,L4_circled"
     capsys.readouterr()
-    assert main(argv) == 0  # a re-run finds every shard done
+    assert main(replay[1:]) == 0  # a re-run (here: of the logged command) finds every shard done
     assert "0 shards to run" in capsys.readouterr().err
     assert read_records(out).num_rows == table.num_rows

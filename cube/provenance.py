@@ -1,0 +1,115 @@
+"""Where archived records came from: the harness's run logs, the commands, the item sample.
+
+``cube run`` appends one JSON line per finished invocation to ``<store>/<model>/runlog.jsonl``:
+the spec (model, items, cells, scorers), the model's sha256, the library versions, the wall time
+and, since the command was logged, the command line itself. A killed run writes no line (its
+finished shards are kept, and the re-run that completes them logs the work it did), so summed wall
+times are what the machine spent on the records that exist, not on the kills.
+
+The book's provenance page is built from these functions, so what it lists is what produced the
+records, not what a script says it would do.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cube.errors import RecordsError
+
+RUNLOG_NAME = "runlog.jsonl"
+# the fields of a run log line that identify what ran (the rest is measurement)
+WORK_FIELDS = ("model", "benchmark", "split", "sample", "seed", "scorers", "cells", "n_items", "dtype", "backend")
+
+
+def read_run_logs(store: str | Path) -> list[dict[str, Any]]:
+    """Every run log line of every model in ``store``, in file order (models sorted)."""
+    store = Path(store)
+    entries: list[dict[str, Any]] = []
+    for path in sorted(store.glob(f"*/{RUNLOG_NAME}")):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise RecordsError(f"{path}:{number}: not a JSON line ({err.msg})") from None
+            if entry.get("model") != path.parent.name:
+                raise RecordsError(f"{path}:{number}: logs model {entry.get('model')!r} in the folder of "
+                                   f"{path.parent.name!r}")
+            entries.append(entry)
+    return entries
+
+
+def _unique(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def run_command(entry: Mapping[str, Any], out: str = "data/records") -> str:
+    """The ``cube run`` command of a run log line: as logged, else rebuilt from the logged spec.
+
+    Older lines carry no command; their cells are a product of label sets x contexts x shots x
+    orders (that is how ``cube run`` builds them), so the options are read back off the cells.
+    """
+    if entry.get("command"):
+        return str(entry["command"])
+    cells = [str(c).split("|") for c in entry.get("cells", [])]
+    if any(len(c) != 4 for c in cells):
+        raise RecordsError(f"run log of {entry.get('model')!r}: a cell is not label_set|context|Nshot|order")
+    label_sets, contexts, shots, orders = (_unique(c[k] for c in cells) for k in range(4))
+    if len(cells) != len(label_sets) * len(contexts) * len(shots) * len(orders):
+        raise RecordsError(f"run log of {entry.get('model')!r}: its cells are not one product of options")
+    parts = ["cube", "run", "--model", str(entry["model"])]
+    for flag, key in (("--benchmark", "benchmark"), ("--split", "split"), ("--sample", "sample"),
+                      ("--seed", "seed")):
+        if entry.get(key) is not None:
+            parts += [flag, str(entry[key])]
+    if cells:
+        parts += ["--label-sets", ",".join(label_sets), "--scorers", ",".join(entry.get("scorers", [])),
+                  "--shots", ",".join(s.removesuffix("shot") for s in shots), "--cues", ",".join(contexts),
+                  "--orders", ",".join(orders)]
+    else:
+        parts += ["--scorers", ",".join(entry.get("scorers", []))]
+    for flag, key in (("--backend", "backend"), ("--dtype", "dtype")):
+        if entry.get(key) is not None:
+            parts += [flag, str(entry[key])]
+    return shlex.join(parts + ["--out", out])
+
+
+def run_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per logged run that did work: what ran, how long it took, with which versions."""
+    rows = []
+    for e in entries:
+        if not e.get("jobs_run"):
+            continue
+        versions = e.get("versions") or {}
+        rows.append({
+            "model": e["model"], "scorers": ",".join(e.get("scorers", [])),
+            "cells": ", ".join(e.get("cells", [])) or "-", "items": e.get("n_items"),
+            "shards run": e.get("jobs_run"), "records": e.get("records_written"),
+            "wall s": float(e.get("wall_s") or 0.0), "items/s": e.get("items_per_s"),
+            "dtype": e.get("dtype"), "torch": versions.get("torch"), "transformers": versions.get("transformers"),
+        })
+    return rows
+
+
+def sample_by_subject(table: pa.Table) -> list[dict[str, Any]]:
+    """The item sample by uid: per benchmark, split and subject, the row numbers used."""
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for uid in pc.unique(table.column("uid")).to_pylist():
+        parts = uid.split("/")
+        if len(parts) != 4 or not parts[3].isdigit():
+            raise RecordsError(f"column uid: {uid!r} is not benchmark/subject/split/row")
+        benchmark, subject, split, row = parts
+        groups.setdefault((benchmark, split, subject), []).append(int(row))
+    return [{"benchmark": b, "split": sp, "subject": su, "items": len(rows), "rows": sorted(rows)}
+            for (b, sp, su), rows in sorted(groups.items())]
+
+
+__all__ = ["read_run_logs", "run_command", "run_rows", "sample_by_subject"]
