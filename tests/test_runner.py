@@ -163,3 +163,16 @@ def test_generations_are_scrubbed_of_every_items_text_before_they_reach_disk(tmp
     assert rows["M6-strict"]["parse_failed"]
     assert rows["M6-lenient"]["generation"] == f"我认为是{MARKER}，不是{MARKER}"
     assert not audit_texts([r["generation"] for r in rows.values()], index)
+
+
+def test_a_separate_tokenization_context_scores_the_bare_label(tmp_path, items, tiny_qwen3, qwen3_tokenizer):
+    """en_prompt_space in context scores ' A' (the prompt's space merged back); the separate
+    variant scores the bare 'A' after a lone space token, as lm-evaluation-harness does."""
+    sets = load_label_sets()
+    cells = (Cell(sets["L1_halfwidth"], "en_prompt_space", 0), Cell(sets["L1_halfwidth"], "en_prompt_space_separate", 0))
+    spec = RunSpec(model="tiny", items=items[:2], cells=cells, scorers=("M1-strict",), shard_size=4, batch_size=4)
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    firsts = {r["context"]: tuple(r["first_token_ids"]) for r in read(tmp_path)}
+    bare = tuple(qwen3_tokenizer.encode(x, add_special_tokens=False).ids[0] for x in "ABCD")
+    spaced = tuple(qwen3_tokenizer.encode(" " + x, add_special_tokens=False).ids[0] for x in "ABCD")
+    assert firsts == {"en_prompt_space": spaced, "en_prompt_space_separate": bare}
