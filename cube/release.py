@@ -331,15 +331,16 @@ CLAIMS = (
     Claim(2, "Pre-registered tests", "The frozen predictions hold on the observed records; in the "
           "flagged cells full-sequence scoring recovers accuracy (McNemar).",
           "02_preregistered_tests", (f"cube confirm {RECORDS_DIR} --prediction {PREDICTION_PATH}",)),
-    Claim(3, "Rank instability", "The footrule between two defensible protocols exceeds the "
-          "within-protocol noise floor, for the strict and the lenient extractor.",
+    Claim(3, "Rank instability", "The footrule between two defensible protocols, set against the "
+          "within-protocol noise floor (mean, 95th percentile, multiple), for the strict and the "
+          "lenient extractor.",
           "03_rank_instability"),
     Claim(4, "Partial collision", "Which labels tie and what the tie-break decides.",
           "04_partial_collision", (f"cube confirm {RECORDS_DIR} --prediction {PREDICTION_PATH}",)),
     Claim(5, "Leakage", "The released records carry no benchmark text; the scrub statistics.",
           "05_leakage", ("cube release verify . --items CMMLU_DIR",)),
     Claim(6, "Whitespace", "`Answer:` + ` A` against `Answer: ` + `A`: accuracy (McNemar), ECE "
-          "and rank changes per model.", "06_whitespace"),
+          "and rank changes per model, with the label tokenized in context and apart.", "06_whitespace"),
     Claim(7, "Partial credit", "The ladder against additive scoring, random baselines, the best "
           "fixed answer string and a percentile placement.", "07_partial_credit"),
     Claim(8, "Benchmark practice", "Per-subject, per-category and Hard-subset accuracy, parse "
