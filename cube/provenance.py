@@ -99,6 +99,35 @@ def run_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _cell_parts(cell: str) -> tuple[str, str, int, str]:
+    label_set, context, shots, order = cell.split("|")
+    return label_set, context, int(shots.removesuffix("shot")), order
+
+
+def logged_protocols(entries: Iterable[Mapping[str, Any]]) -> set[tuple[str, str, str, str, int, str]]:
+    """Every (model, scorer, label_set, context, shots, order) the logged runs produced records for.
+
+    A run's scorers map to record protocols as the runner writes them: cloze scorers and TF under
+    their fixed cells, M6 as its two extractors in each cell, M6-cot as both extractors under the
+    context ``cot``, label scorers in each cell.
+    """
+    from cube.runner import CLOZE_CELL, CLOZE_SCORERS, JUDGEMENT_CELL, JUDGEMENT_SCORERS
+
+    fixed = {**dict.fromkeys(CLOZE_SCORERS, CLOZE_CELL), **dict.fromkeys(JUDGEMENT_SCORERS, JUDGEMENT_CELL)}
+    out: set[tuple[str, str, str, str, int, str]] = set()
+    for e in entries:
+        model, cells = e["model"], [_cell_parts(c) for c in e.get("cells", [])]
+        for scorer in e.get("scorers", []):
+            if scorer in fixed:
+                out.add((model, scorer, *fixed[scorer]))
+            elif scorer in ("M6", "M6-cot"):
+                out |= {(model, extractor, ls, "cot" if scorer == "M6-cot" else ctx, shots, order)
+                        for extractor in ("M6-strict", "M6-lenient") for ls, ctx, shots, order in cells}
+            else:
+                out |= {(model, scorer, *cell) for cell in cells}
+    return out
+
+
 def sample_by_subject(table: pa.Table) -> list[dict[str, Any]]:
     """The item sample by uid: per benchmark, split and subject, the row numbers used."""
     groups: dict[tuple[str, str, str], list[int]] = {}
@@ -112,4 +141,4 @@ def sample_by_subject(table: pa.Table) -> list[dict[str, Any]]:
             for (b, sp, su), rows in sorted(groups.items())]
 
 
-__all__ = ["read_run_logs", "run_command", "run_rows", "sample_by_subject"]
+__all__ = ["logged_protocols", "read_run_logs", "run_command", "run_rows", "sample_by_subject"]

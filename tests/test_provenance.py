@@ -68,3 +68,17 @@ def test_the_sample_is_listed_by_subject_with_each_row_once():
     ]
     with pytest.raises(RecordsError, match="'cmmlu/virology/7' is not"):
         sample_by_subject(pa.table({"uid": ["cmmlu/virology/7"]}))
+
+
+def test_logged_protocols_are_the_record_protocols_each_scorer_writes():
+    from cube.provenance import logged_protocols
+
+    line = {"model": "m", "scorers": ["M1-seq", "M2", "M6", "M6-cot", "TF"],
+            "cells": ["L1_halfwidth|zh_cue|0shot|original", "L4_circled|zh_cue|5shot|shift1"]}
+    got = logged_protocols([line])
+    assert got == {
+        ("m", "M1-seq", "L1_halfwidth", "zh_cue", 0, "original"), ("m", "M1-seq", "L4_circled", "zh_cue", 5, "shift1"),
+        ("m", "M2", "-", "cloze", 0, "original"), ("m", "TF", "-", "judgement", 0, "original"),
+        *{("m", e, ls, ctx, n, o) for e in ("M6-strict", "M6-lenient") for ls, n, o in
+          (("L1_halfwidth", 0, "original"), ("L4_circled", 5, "shift1")) for ctx in ("zh_cue", "cot")},
+    }
