@@ -10,6 +10,9 @@ MODELS=("$@")
 [ ${#MODELS[@]} -gt 0 ] || MODELS=(smollm2-135m-instruct gemma-3-270m qwen2.5-coder-0.5b-instruct qwen2.5-coder-1.5b-instruct)
 COMMON=(--benchmark cmmlu --split test --seed 0 --out "$OUT" --dtype bfloat16)
 
+# Subset steps draw their items from the 600-item sample (--within 600) so they pair with it. The
+# chain-of-thought and 5-shot records archived in session 2 predate --within (a plain stratified
+# sample, 7 and about 15 items shared with the 600); the provenance page lists their exact commands.
 # Step-major order, so that an interrupted session leaves every model with the headline cells.
 label_sets_zh() {  # every label set under the Chinese cue: label scorers + cloze (600 items, 67 subjects)
   $CUBE run --model "$1" --sample 600 "${COMMON[@]}" \
@@ -31,10 +34,10 @@ true_false() {  # each item as four 对/错 statements: partial-credit groups (1
   $CUBE run --model "$1" --sample 67 "${COMMON[@]}" --scorers TF
 }
 chain_of_thought() {  # M6 chain-of-thought on ABCD for a subset (1 item per subject; 512 new tokens)
-  $CUBE run --model "$1" --sample 67 "${COMMON[@]}" --label-sets L1_halfwidth --cues zh_cue --scorers M6-cot
+  $CUBE run --model "$1" --sample 67 --within 600 "${COMMON[@]}" --label-sets L1_halfwidth --cues zh_cue --scorers M6-cot
 }
 five_shot() {  # 5-shot on ABCD for a subset (2 items per subject)
-  $CUBE run --model "$1" --sample 134 "${COMMON[@]}" \
+  $CUBE run --model "$1" --sample 134 --within 600 "${COMMON[@]}" \
     --label-sets L1_halfwidth --cues zh_cue --shots 5 --scorers M1-seq,M1-strict
 }
 

@@ -17,6 +17,9 @@ def register(subparsers) -> None:
     p.add_argument("--data", type=Path, help="benchmark root (default ../shared/benchmarks/<benchmark>)")
     p.add_argument("--sample", type=int, help="stratified sample size (every subject represented)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--within", type=int, metavar="N",
+                   help="draw --sample from the stratified sample of N items (same seed), so that a "
+                        "subset run (CoT, 5-shot) shares its items with the full run")
     p.add_argument("--subjects", help="comma-separated subjects (default: all)")
     p.add_argument("--label-sets", default="L1_halfwidth")
     p.add_argument("--scorers", default="M1-seq,M1-strict", help="M1-seq,M1-strict,M2,M3,M4,M5,M6,M6-cot,TF")
@@ -35,7 +38,7 @@ def register(subparsers) -> None:
 
 
 # What the run log records of a command line (all but --data and --device, which name this machine).
-RECORDED_OPTIONS = ("model", "benchmark", "split", "sample", "seed", "subjects", "label_sets", "scorers",
+RECORDED_OPTIONS = ("model", "benchmark", "split", "sample", "within", "seed", "subjects", "label_sets", "scorers",
                     "shots", "contexts", "orders", "backend", "dtype", "batch_size", "shard_size", "shard",
                     "max_new_tokens", "out")
 
@@ -74,6 +77,10 @@ def build_spec(args: argparse.Namespace):
     root = args.data or default_benchmark_root(args.benchmark)
     subjects = _csv(args.subjects) if args.subjects else None
     items = load_items(args.benchmark, root, splits=(args.split,), subjects=subjects)
+    if args.within:
+        if not args.sample or args.sample > args.within:
+            raise ConfigError(f"--within {args.within} needs a --sample of at most {args.within}")
+        items = stratified_sample(items, args.within, args.seed)
     if args.sample:
         items = stratified_sample(items, args.sample, args.seed)
     try:
@@ -92,7 +99,8 @@ def build_spec(args: argparse.Namespace):
         model=args.model, items=tuple(items), cells=tuple(cells), scorers=scorers, leakage_index=index,
         dev_items=tuple(dev), shard_size=args.shard_size, batch_size=args.batch_size,
         shard=_shard(args.shard), max_new_tokens=args.max_new_tokens,
-        extra={"benchmark": args.benchmark, "split": args.split, "sample": args.sample, "seed": args.seed,
+        extra={"benchmark": args.benchmark, "split": args.split, "sample": args.sample, "within": args.within,
+               "seed": args.seed,
                "dtype": args.dtype, "backend": args.backend, "command": command_line(args)},
     )
 

@@ -9,6 +9,7 @@ import pytest
 
 from cube.cli import main
 from cube.config import REPO_ROOT
+from cube.errors import ConfigError
 
 
 def run_cli(*argv):
@@ -55,3 +56,20 @@ def test_real_model_run_writes_records_and_resumes(tmp_path, capsys):
     assert main(replay[1:]) == 0  # a re-run (here: of the logged command) finds every shard done
     assert "0 shards to run" in capsys.readouterr().err
     assert read_records(out).num_rows == table.num_rows
+
+
+def test_within_draws_the_subset_from_the_full_sample():
+    """A CoT or 5-shot subset run must share its items with the full run, or nothing pairs."""
+    from cube.cli import build_parser
+    from cube.commands.run import build_spec
+
+    def uids(*extra):
+        args = build_parser().parse_args(["run", "--model", "m", "--out", "x", *extra])
+        return [item.uid for item in build_spec(args).items]
+
+    full, subset = uids("--sample", "600"), uids("--sample", "67", "--within", "600")
+    assert len(subset) == 67 and set(subset) <= set(full)
+    assert len({u.split("/")[1] for u in subset}) == 67  # still one item per subject
+    assert not set(uids("--sample", "67")) <= set(full)  # what a plain 67-item sample gives
+    with pytest.raises(ConfigError, match="--within 60 needs a --sample of at most 60"):
+        uids("--sample", "67", "--within", "60")
