@@ -12,7 +12,7 @@ COMMON=(--benchmark cmmlu --split test --seed 0 --out "$OUT" --dtype bfloat16)
 
 # Subset steps draw their items from the 600-item sample (--within 600) so they pair with it. The
 # chain-of-thought and 5-shot records archived in session 2 predate --within (a plain stratified
-# sample, 7 and about 15 items shared with the 600); the provenance page lists their exact commands.
+# sample, 7 and 16 items shared with the 600); the provenance page lists their exact commands.
 # Step-major order, so that an interrupted session leaves every model with the headline cells.
 label_sets_zh() {  # every label set under the Chinese cue: label scorers + cloze (600 items, 67 subjects)
   $CUBE run --model "$1" --sample 600 "${COMMON[@]}" \
