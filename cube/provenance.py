@@ -24,8 +24,6 @@ import pyarrow.compute as pc
 from cube.errors import RecordsError
 
 RUNLOG_NAME = "runlog.jsonl"
-# the fields of a run log line that identify what ran (the rest is measurement)
-WORK_FIELDS = ("model", "benchmark", "split", "sample", "seed", "scorers", "cells", "n_items", "dtype", "backend")
 
 
 def read_run_logs(store: str | Path) -> list[dict[str, Any]]:
@@ -47,7 +45,16 @@ def read_run_logs(store: str | Path) -> list[dict[str, Any]]:
     return entries
 
 
-def _unique(values: Iterable[str]) -> list[str]:
+def _cell_parts(cell: str, model: Any) -> tuple[str, str, int, str]:
+    """(label_set, context, shots, order) of a logged cell key (``cube.prompts.Cell.key``)."""
+    parts = str(cell).split("|")
+    if len(parts) != 4 or not parts[2].removesuffix("shot").isdigit():
+        raise RecordsError(f"run log of {model!r}: a cell is not label_set|context|Nshot|order")
+    label_set, context, shots, order = parts
+    return label_set, context, int(shots.removesuffix("shot")), order
+
+
+def _unique(values: Iterable[Any]) -> list[Any]:
     return list(dict.fromkeys(values))
 
 
@@ -59,9 +66,7 @@ def run_command(entry: Mapping[str, Any], out: str = "data/records") -> str:
     """
     if entry.get("command"):
         return str(entry["command"])
-    cells = [str(c).split("|") for c in entry.get("cells", [])]
-    if any(len(c) != 4 for c in cells):
-        raise RecordsError(f"run log of {entry.get('model')!r}: a cell is not label_set|context|Nshot|order")
+    cells = [_cell_parts(c, entry.get("model")) for c in entry.get("cells", [])]
     label_sets, contexts, shots, orders = (_unique(c[k] for c in cells) for k in range(4))
     if len(cells) != len(label_sets) * len(contexts) * len(shots) * len(orders):
         raise RecordsError(f"run log of {entry.get('model')!r}: its cells are not one product of options")
@@ -72,7 +77,7 @@ def run_command(entry: Mapping[str, Any], out: str = "data/records") -> str:
             parts += [flag, str(entry[key])]
     if cells:
         parts += ["--label-sets", ",".join(label_sets), "--scorers", ",".join(entry.get("scorers", [])),
-                  "--shots", ",".join(s.removesuffix("shot") for s in shots), "--cues", ",".join(contexts),
+                  "--shots", ",".join(map(str, shots)), "--cues", ",".join(contexts),
                   "--orders", ",".join(orders)]
     else:
         parts += ["--scorers", ",".join(entry.get("scorers", []))]
@@ -99,11 +104,6 @@ def run_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _cell_parts(cell: str) -> tuple[str, str, int, str]:
-    label_set, context, shots, order = cell.split("|")
-    return label_set, context, int(shots.removesuffix("shot")), order
-
-
 def logged_protocols(entries: Iterable[Mapping[str, Any]]) -> set[tuple[str, str, str, str, int, str]]:
     """Every (model, scorer, label_set, context, shots, order) the logged runs produced records for.
 
@@ -116,7 +116,7 @@ def logged_protocols(entries: Iterable[Mapping[str, Any]]) -> set[tuple[str, str
     fixed = {**dict.fromkeys(CLOZE_SCORERS, CLOZE_CELL), **dict.fromkeys(JUDGEMENT_SCORERS, JUDGEMENT_CELL)}
     out: set[tuple[str, str, str, str, int, str]] = set()
     for e in entries:
-        model, cells = e["model"], [_cell_parts(c) for c in e.get("cells", [])]
+        model, cells = e["model"], [_cell_parts(c, e["model"]) for c in e.get("cells", [])]
         for scorer in e.get("scorers", []):
             if scorer in fixed:
                 out.add((model, scorer, *fixed[scorer]))
