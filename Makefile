@@ -21,10 +21,9 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # Debian's chromium (browser test) and CJK fonts (screenshots); npm fetches tokenizers and MathJax.
+# Only what is missing is installed, never Debian's npm beside a Node.js from elsewhere.
 system-deps:
-	@command -v chromium >/dev/null && command -v npm >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium fonts-noto-cjk npm >/dev/null; \
-	  else echo "install chromium, fonts-noto-cjk and npm (Debian packages) first" >&2; exit 1; fi; }
+	scripts/system_deps.sh
 
 # vLLM (CPU build) in its own venv: its pins clash with the default set. The parity tests use it.
 vllm-env:

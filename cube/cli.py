@@ -15,6 +15,7 @@ from cube.errors import CubeError
 # Each module defines ``register(subparsers)``, which adds its parser and sets ``func``.
 COMMAND_MODULES = [
     "cube.commands.audit",
+    "cube.commands.data",
     "cube.commands.credit",
     "cube.commands.release",
     "cube.commands.run",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import os
 import re
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from cube.config import REPO_ROOT
-from cube.errors import ConfigError, ItemsError
+from cube.errors import ChecksumError, ConfigError, ItemsError
 
 ANSWER_LETTERS = ("A", "B", "C", "D")
 CMMLU_HEADER = ["", "Question", "A", "B", "C", "D", "Answer"]
@@ -61,29 +62,94 @@ class Item:
         object.__setattr__(self, "qhash", qhash(self.question))
 
 
-def default_benchmark_root(benchmark: str) -> Path:
-    """``../shared/benchmarks/<benchmark>`` beside the repo; ``CUBE_BENCHMARKS`` replaces the
-    ``benchmarks`` folder."""
-    base = os.environ.get("CUBE_BENCHMARKS") or REPO_ROOT.parent / "shared" / "benchmarks"
-    return Path(base) / benchmark
+# Where benchmark data is looked for, in this order (the first that holds the benchmark wins):
+# an explicit folder (``--data``), ``$CUBE_BENCHMARKS/<benchmark>``, the data home that
+# ``cube data fetch`` fills, and last the shared copy beside a development checkout. An explicit
+# folder or ``CUBE_BENCHMARKS`` is an instruction, not a hint: if it lacks the benchmark, that is
+# an error, never a silent move to the next place.
+SHARED_BENCHMARKS = REPO_ROOT.parent / "shared" / "benchmarks"
+
+
+def data_home() -> Path:
+    """Where ``cube data fetch`` installs benchmarks: ``$CUBE_DATA``, else ``<cache>/data``."""
+    from cube.config import cache_dir
+
+    return Path(os.environ.get("CUBE_DATA") or cache_dir() / "data")
+
+
+def _shared_benchmarks() -> Path:
+    # Overridable so that a test (or a user) can run as on a machine without the shared copy.
+    return Path(os.environ.get("CUBE_SHARED_BENCHMARKS") or SHARED_BENCHMARKS)
+
+
+def benchmark_candidates(benchmark: str) -> list[tuple[str, Path]]:
+    """The places looked in, in order, each with the name of the rule that put it there."""
+    places = []
+    if os.environ.get("CUBE_BENCHMARKS"):
+        places.append(("CUBE_BENCHMARKS", Path(os.environ["CUBE_BENCHMARKS"]) / benchmark))
+    places.append(("data home", data_home() / benchmark))
+    places.append(("shared copy", _shared_benchmarks() / benchmark))
+    return places
+
+
+def _holds_items(path: Path) -> bool:
+    # A folder with only a subject map (the shared C-Eval metadata) holds no benchmark.
+    return path.is_dir() and any(path.glob("*/*.csv"))
+
+
+def find_benchmark_root(benchmark: str, explicit: str | Path | None = None) -> Path | None:
+    """The folder to read ``benchmark`` from, or None where no place holds it."""
+    if explicit is not None:
+        return Path(explicit) if Path(explicit).is_dir() else None
+    for rule, path in benchmark_candidates(benchmark):
+        if rule == "CUBE_BENCHMARKS":  # an instruction: no moving on to the next place
+            return path if path.is_dir() else None
+        if _holds_items(path):
+            return path
+    return None
+
+
+def missing_benchmark_message(benchmark: str, explicit: str | Path | None = None) -> str:
+    """One line: where cube looked and how to get the data."""
+    if explicit is not None:
+        return f"{benchmark}: benchmark folder {explicit} does not exist"
+    looked = ", ".join(f"{path} ({rule})" for rule, path in benchmark_candidates(benchmark))
+    return (f"{benchmark}: benchmark data not found (looked in {looked}); "
+            f"get it with `cube data fetch {benchmark}`, or pass --data DIR")
+
+
+def default_benchmark_root(benchmark: str, explicit: str | Path | None = None) -> Path:
+    """The benchmark's folder by the lookup order above; a one-line ItemsError where none holds it."""
+    root = find_benchmark_root(benchmark, explicit)
+    if root is None:
+        raise ItemsError(missing_benchmark_message(benchmark, explicit))
+    return root
 
 
 # --- shared CSV reading -------------------------------------------------------------------------
 
 
-def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
-    """The header and (physical line, cells) rows; every failure names the file."""
+def _read_rows(path: Path, sha256: str | None = None) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """The header and (physical line, cells) rows; every failure names the file.
+
+    ``sha256``: what the file must hash to (a folder ``cube data fetch`` installed records one
+    per file), checked on the bytes that are parsed, so nothing is read unchecked in between.
+    """
     try:
-        with path.open(encoding="utf-8-sig", newline="") as fh:
-            reader = csv.reader(fh)
-            header = next(reader, None)
-            rows = [(reader.line_num, cells) for cells in reader]
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ItemsError(f"{path}: cannot read ({exc.strerror})") from None
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise ChecksumError(f"{path}: sha256 {hashlib.sha256(data).hexdigest()} is not the "
+                            f"{sha256} recorded when it was fetched (run `cube data fetch --force`)")
+    try:
+        reader = csv.reader(io.StringIO(data.decode("utf-8-sig"), newline=""))
+        header = next(reader, None)
+        rows = [(reader.line_num, cells) for cells in reader]
     except UnicodeDecodeError as exc:
         raise ItemsError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     except csv.Error as exc:
         raise ItemsError(f"{path}: malformed CSV ({exc})") from None
-    except OSError as exc:
-        raise ItemsError(f"{path}: cannot read ({exc.strerror})") from None
     if header is None:
         raise ItemsError(f"{path}: empty file (no header)")
     return header, rows
@@ -126,6 +192,27 @@ def _select_subjects(
     return sorted(set(wanted))
 
 
+class _RecordedHashes:
+    """The sha256 each file of a ``cube data fetch`` install must have (none for other folders).
+
+    A file the manifest does not list was added after the fetch: an error, not extra data.
+    """
+
+    def __init__(self, root: Path) -> None:
+        from cube.data import MANIFEST_NAME, file_sha256s
+
+        self.root, self.manifest = Path(root), Path(root) / MANIFEST_NAME
+        self.hashes = file_sha256s(self.root)
+
+    def __call__(self, path: Path) -> str | None:
+        if self.hashes is None:
+            return None
+        rel = Path(path).relative_to(self.root).as_posix()
+        if rel not in self.hashes:
+            raise ChecksumError(f"{path}: not listed in {self.manifest} (added after the fetch)")
+        return self.hashes[rel]
+
+
 def _split_folder(root: Path, split: str) -> Path:
     folder = Path(root) / split
     if not folder.is_dir():
@@ -133,12 +220,17 @@ def _split_folder(root: Path, split: str) -> Path:
     return folder
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path, sha256: str | None = None) -> dict:
     try:
-        with path.open(encoding="utf-8") as fh:
-            data = json.load(fh)
+        raw = path.read_bytes()
+        if sha256 is not None and hashlib.sha256(raw).hexdigest() != sha256:
+            raise ChecksumError(f"{path}: sha256 {hashlib.sha256(raw).hexdigest()} is not the "
+                                f"{sha256} recorded when it was fetched")
+        data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise ItemsError(f"subject map not found: {path}") from None
+    except UnicodeDecodeError:
+        raise ItemsError(f"{path}: not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise ItemsError(f"{path}: invalid JSON at line {exc.lineno}") from None
     if not isinstance(data, dict):
@@ -155,9 +247,9 @@ def _subject_name_zh(names: dict[str, str], subject: str, source: Path) -> str:
 # --- CMMLU --------------------------------------------------------------------------------------
 
 
-def _cmmlu_names_zh(root: Path) -> tuple[dict[str, str], Path]:
+def _cmmlu_names_zh(root: Path, recorded: _RecordedHashes) -> tuple[dict[str, str], Path]:
     path = Path(root) / "subjects.json"
-    raw = _read_json(path)
+    raw = _read_json(path, recorded(path))
     names = {}
     for subject, meta in raw.items():
         if not isinstance(meta, dict) or not isinstance(meta.get("name_zh"), str):
@@ -166,8 +258,9 @@ def _cmmlu_names_zh(root: Path) -> tuple[dict[str, str], Path]:
     return names, path
 
 
-def _load_cmmlu_file(path: Path, subject: str, subject_zh: str, split: str) -> list[Item]:
-    header, rows = _read_rows(path)
+def _load_cmmlu_file(path: Path, subject: str, subject_zh: str, split: str,
+                     sha256: str | None = None) -> list[Item]:
+    header, rows = _read_rows(path, sha256)
     if header != CMMLU_HEADER:
         raise ItemsError(f"{path}: header {','.join(header)!r} is not {','.join(CMMLU_HEADER)!r}")
     items, seen = [], set()
@@ -194,22 +287,24 @@ def load_cmmlu(
 ) -> list[Item]:
     """CMMLU items, ordered by split, subject name, then file order."""
     root = Path(root) if root is not None else default_benchmark_root("cmmlu")
-    names_zh, names_path = _cmmlu_names_zh(root)
+    recorded = _RecordedHashes(root)
+    names_zh, names_path = _cmmlu_names_zh(root, recorded)
     items: list[Item] = []
     for split in splits:
         folder = _split_folder(root, split)
         found = {p.stem: p for p in folder.glob("*.csv")}
         for subject in _select_subjects(found, subjects, folder):
+            sha256 = recorded(found[subject])  # a file added after the fetch fails first
             name_zh = _subject_name_zh(names_zh, subject, names_path)
-            items.extend(_load_cmmlu_file(found[subject], subject, name_zh, split))
+            items.extend(_load_cmmlu_file(found[subject], subject, name_zh, split, sha256))
     return items
 
 
 # --- C-Eval -------------------------------------------------------------------------------------
 
 
-def _ceval_names_zh(mapping: Path) -> dict[str, str]:
-    raw = _read_json(mapping)
+def _ceval_names_zh(mapping: Path, sha256: str | None = None) -> dict[str, str]:
+    raw = _read_json(mapping, sha256)
     names = {}
     for subject, entry in raw.items():
         if not (isinstance(entry, list) and len(entry) >= 2 and isinstance(entry[1], str)):
@@ -218,8 +313,9 @@ def _ceval_names_zh(mapping: Path) -> dict[str, str]:
     return names
 
 
-def _load_ceval_file(path: Path, subject: str, subject_zh: str, split: str) -> list[Item]:
-    header, rows = _read_rows(path)
+def _load_ceval_file(path: Path, subject: str, subject_zh: str, split: str,
+                     sha256: str | None = None) -> list[Item]:
+    header, rows = _read_rows(path, sha256)
     answers_public = split not in CEVAL_SPLITS_WITHOUT_ANSWERS
     if header != CEVAL_HEADER and (answers_public or header != CEVAL_TEST_HEADER):
         raise ItemsError(f"{path}: header {','.join(header)!r} is not {','.join(CEVAL_HEADER)!r}")
@@ -253,22 +349,28 @@ def load_ceval(
     """C-Eval items from ``<root>/<split>/<subject>_<split>.csv``.
 
     The Chinese subject names come from ``mapping`` (the official ``subject_mapping.json``), else
-    from ``<root>/subject_mapping.json``, else from the shared copy beside the repo.
+    from ``<root>/subject_mapping.json``, else from the official map cube ships
+    (``config/benchmarks/``): C-Eval's own zip carries none.
     """
     root = Path(root) if root is not None else default_benchmark_root("ceval")
+    recorded = _RecordedHashes(root)
     if mapping is None:
         mapping = root / "subject_mapping.json"
         if not mapping.is_file():
-            mapping = default_benchmark_root("ceval") / "subject_mapping.json"
-    names_zh = _ceval_names_zh(Path(mapping))
+            from cube.taxonomy import shipped_subject_map
+
+            mapping = shipped_subject_map("ceval")
+    in_root = Path(mapping).parent == root
+    names_zh = _ceval_names_zh(Path(mapping), recorded(Path(mapping)) if in_root else None)
     items: list[Item] = []
     for split in splits:
         folder = _split_folder(root, split)
         suffix = f"_{split}"
         found = {p.stem[: -len(suffix)]: p for p in folder.glob(f"*{suffix}.csv")}
         for subject in _select_subjects(found, subjects, folder):
+            sha256 = recorded(found[subject])  # a file added after the fetch fails first
             name_zh = _subject_name_zh(names_zh, subject, Path(mapping))
-            items.extend(_load_ceval_file(found[subject], subject, name_zh, split))
+            items.extend(_load_ceval_file(found[subject], subject, name_zh, split, sha256))
     return items
 
 
@@ -329,6 +431,8 @@ def _subject_seed(seed: int, subject: str) -> list[int]:
 def stratified_sample(items: Sequence[Item], n: int, seed: int) -> list[Item]:
     """``n`` items, every subject represented, proportionally; same (items, n, seed), same sample.
 
+    Below one item per subject, ``n`` subjects are drawn (by ``seed``) and each gives one item.
+
     The result keeps the input order, so records written from it are in file order.
     """
     if n <= 0:
@@ -336,6 +440,13 @@ def stratified_sample(items: Sequence[Item], n: int, seed: int) -> list[Item]:
     by_subject: dict[str, list[int]] = {}
     for index, item in enumerate(items):
         by_subject.setdefault(item.subject, []).append(index)
+    if n < len(by_subject):
+        # Fewer items than subjects (a first try, --sample 20): draw the subjects, one item each.
+        # Samples of at least one item per subject are untouched by this branch.
+        rng = np.random.default_rng([seed, len(by_subject)])
+        names = sorted(by_subject)
+        drawn = {names[i] for i in rng.choice(len(names), size=n, replace=False)}
+        by_subject = {s: ix for s, ix in by_subject.items() if s in drawn}
     alloc = allocate_per_subject({s: len(ix) for s, ix in by_subject.items()}, n)
     chosen: list[int] = []
     for subject, indices in by_subject.items():

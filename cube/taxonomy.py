@@ -2,7 +2,8 @@
 
 Category accuracies are how C-Eval and CMMLU report results, so rescoring must group subjects
 exactly as the benchmarks' own metadata does: C-Eval's ``subject_mapping.json`` and CMMLU's
-``subjects.json`` (read from the shared benchmark folder, never copied into the repo).
+``subjects.json``. cube ships both maps in ``config/benchmarks/`` (subject names and categories,
+no item text), so that rescoring archived records needs no benchmark data.
 
 Two named subsets ride along as extra groups, reported beside the categories:
 
@@ -20,8 +21,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from cube.config import config_dir
 from cube.errors import ConfigError, ItemsError
-from cube.items import default_benchmark_root
 
 CATEGORIES = ("STEM", "Humanities", "Social Science", "Other")
 CEVAL_HARD = frozenset({
@@ -89,9 +90,17 @@ def _category_tuple(value: object, subject: str, path: Path) -> tuple[str, ...]:
     return tuple(dict.fromkeys(cats))
 
 
+SHIPPED_SUBJECT_MAPS = {"cmmlu": "cmmlu_subjects.json", "ceval": "ceval_subject_mapping.json"}
+
+
+def shipped_subject_map(benchmark: str) -> Path:
+    """cube's copy of a benchmark's official subject map (``config/benchmarks/``)."""
+    return config_dir() / "benchmarks" / SHIPPED_SUBJECT_MAPS[benchmark]
+
+
 def load_cmmlu_taxonomy(path: str | Path | None = None) -> Taxonomy:
     """CMMLU's categories and China-specific flag from ``subjects.json``."""
-    path = Path(path) if path is not None else default_benchmark_root("cmmlu") / "subjects.json"
+    path = Path(path) if path is not None else shipped_subject_map("cmmlu")
     raw = _read_json(path)
     categories, china = {}, set()
     for subject, meta in raw.items():
@@ -109,7 +118,7 @@ def load_cmmlu_taxonomy(path: str | Path | None = None) -> Taxonomy:
 def load_ceval_taxonomy(path: str | Path | None = None) -> Taxonomy:
     """C-Eval's categories from the official ``subject_mapping.json``, and its Hard subset."""
     path = (
-        Path(path) if path is not None else default_benchmark_root("ceval") / "subject_mapping.json"
+        Path(path) if path is not None else shipped_subject_map("ceval")
     )
     raw = _read_json(path)
     categories = {}

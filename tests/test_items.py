@@ -119,6 +119,7 @@ def test_default_benchmark_root_follows_the_environment(monkeypatch, tmp_path, b
     monkeypatch.delenv("CUBE_BENCHMARKS", raising=False)
     assert default_benchmark_root("cmmlu").resolve() == (benchmarks_root / "cmmlu").resolve()
     monkeypatch.setenv("CUBE_BENCHMARKS", str(tmp_path))
+    (tmp_path / "ceval").mkdir()
     assert default_benchmark_root("ceval") == tmp_path / "ceval"
 
 
@@ -326,9 +327,17 @@ def test_allocation_properties_on_many_size_vectors():
         assert all(1 <= alloc[s] <= sizes[s] for s in sizes)
 
 
-def test_a_sample_smaller_than_the_subject_count_is_refused(cmmlu_test):
-    with pytest.raises(ConfigError, match="66.*67 subjects"):
-        stratified_sample(cmmlu_test, 66, seed=0)
+def test_a_sample_smaller_than_the_subject_count_draws_subjects_then_one_item_each(cmmlu_test):
+    """`--sample 20` is what a new user tries first: 20 subjects, drawn by the seed, one item each."""
+    sample = stratified_sample(cmmlu_test, 20, seed=0)
+    assert len(sample) == 20 and len({i.subject for i in sample}) == 20
+    assert [i.uid for i in sample] == [i.uid for i in stratified_sample(cmmlu_test, 20, seed=0)]
+    assert {i.subject for i in sample} != {i.subject for i in stratified_sample(cmmlu_test, 20, seed=1)}
+    order = {i.uid: k for k, i in enumerate(cmmlu_test)}
+    assert [order[i.uid] for i in sample] == sorted(order[i.uid] for i in sample)  # file order kept
+    # Nested: a subset drawn from the 600-item sample stays inside it (cube run --within 600).
+    within = stratified_sample(stratified_sample(cmmlu_test, 600, seed=0), 20, seed=0)
+    assert {i.uid for i in within} <= {i.uid for i in stratified_sample(cmmlu_test, 600, seed=0)}
     with pytest.raises(ConfigError, match="0"):
         stratified_sample(cmmlu_test, 0, seed=0)
 
