@@ -50,6 +50,7 @@ class NotebookRun:
     name: str
     source: Path
     parameters: dict[str, Any] = field(default_factory=dict)
+    requires: tuple[str, ...] = ()  # benchmarks whose items the notebook reads (not only records)
 
     def output(self, out_dir: str | Path = EXECUTED_DIR) -> Path:
         return Path(out_dir) / f"{self.name}.ipynb"
@@ -74,9 +75,9 @@ def load_plan(path: str | Path | None = None) -> list[NotebookRun]:
         where = f"{path} notebooks[{i}]"
         if not isinstance(entry, dict) or not entry.get("name") or not entry.get("source"):
             raise ConfigError(f"{where}: each entry needs a 'name' and a 'source'")
-        unknown = sorted(set(map(str, entry)) - {"name", "source", "parameters"})
+        unknown = sorted(set(map(str, entry)) - {"name", "source", "parameters", "requires"})
         if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: name, parameters, source")
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: name, parameters, requires, source")
         name = str(entry["name"])
         if not _NAME.fullmatch(name):
             raise ConfigError(f"{where}: name {name!r} must be letters, digits, '_', '-' or '.'")
@@ -87,7 +88,12 @@ def load_plan(path: str | Path | None = None) -> list[NotebookRun]:
         parameters = entry.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise ConfigError(f"{where}: 'parameters' must be a mapping")
-        run = NotebookRun(name, source, dict(parameters))
+        requires = entry.get("requires") or []
+        from cube.items import LOADERS
+
+        if not isinstance(requires, list) or any(r not in LOADERS for r in requires):
+            raise ConfigError(f"{where}: 'requires' must list benchmarks among {', '.join(LOADERS)}, got {requires!r}")
+        run = NotebookRun(name, source, dict(parameters), tuple(requires))
         check_parameters(run)
         runs.append(run)
     return runs
@@ -109,7 +115,7 @@ def select_runs(plan: list[NotebookRun], only: Iterable[str] | None) -> list[Not
 
 def with_parameters(run: NotebookRun, overrides: dict[str, Any]) -> NotebookRun:
     """The same run with some parameters replaced (``cube book execute --param``)."""
-    updated = NotebookRun(run.name, run.source, {**run.parameters, **overrides})
+    updated = NotebookRun(run.name, run.source, {**run.parameters, **overrides}, run.requires)
     check_parameters(updated)
     return updated
 
@@ -156,6 +162,49 @@ def check_parameters(run: NotebookRun) -> None:
         )
 
 
+def missing_data(run: NotebookRun) -> str | None:
+    """Why ``run`` cannot run here (a benchmark it reads is nowhere to be found), or None.
+
+    A notebook naming its own benchmark folder in a parameter is given that folder.
+    """
+    from cube.items import find_benchmark_root, missing_benchmark_message
+
+    explicit = run.parameters.get("benchmark_root")
+    for benchmark in run.requires:
+        if find_benchmark_root(benchmark, explicit) is None:
+            return missing_benchmark_message(benchmark, explicit)
+    return None
+
+
+_GLUE_KEY = re.compile(r"""\bglue\(\s*["']([A-Za-z0-9_]+)["']""")
+
+
+def skipped_notebook(nb, run: NotebookRun, reason: str):
+    """What the book shows for a claim that needs data this machine lacks.
+
+    The notebook's opening text, a plain notice of what is missing and how to get it, and every
+    value the notebook would glue, set to "not run here", so that pages citing it still build
+    and say so rather than show a stale or made-up number.
+    """
+    import nbformat
+
+    keys = list(dict.fromkeys(k for c in nb.cells if c.cell_type == "code" for k in _GLUE_KEY.findall(c.source)))
+    opening = []
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            break
+        opening.append(cell)
+    notice = nbformat.v4.new_markdown_cell(
+        f"```{{warning}}\nThis claim was **not run here**: it reads the benchmark items, not only the "
+        f"archived records, and none were found.\n\n`{reason}`\n```")
+    code = nbformat.v4.new_code_cell(
+        "from myst_nb import glue\n\n"
+        f"print({('not run: ' + reason)!r})\n"
+        f"for key in {keys!r}:\n    glue(key, 'not run here (no benchmark items)', display=False)")
+    out = nbformat.v4.new_notebook(cells=[*opening, notice, code], metadata=nb.metadata)
+    return out
+
+
 def execute_notebook(run: NotebookRun, out_dir: str | Path = EXECUTED_DIR) -> Path:
     """Convert, execute with papermill, and publish ``<out_dir>/<name>.ipynb`` atomically.
 
@@ -170,6 +219,10 @@ def execute_notebook(run: NotebookRun, out_dir: str | Path = EXECUTED_DIR) -> Pa
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     nb = read_myst_notebook(run.source)
+    parameters = run.parameters
+    reason = missing_data(run)
+    if reason is not None:
+        nb, parameters = skipped_notebook(nb, run, reason), {}
     target = run.output(out_dir)
     failed = out_dir / "failed" / f"{run.name}.ipynb"
     with tempfile.TemporaryDirectory(prefix=".cube-book-") as tmp:
@@ -179,7 +232,7 @@ def execute_notebook(run: NotebookRun, out_dir: str | Path = EXECUTED_DIR) -> Pa
         os.close(fd)
         try:
             papermill.execute_notebook(
-                str(converted), partial, parameters=run.parameters, cwd=str(REPO_ROOT),
+                str(converted), partial, parameters=parameters, cwd=str(REPO_ROOT),
                 kernel_name=nb.metadata["kernelspec"]["name"], progress_bar=False, log_output=False,
             )
             os.chmod(partial, 0o644)

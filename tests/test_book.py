@@ -213,6 +213,32 @@ def test_a_failing_claim_fails_the_run_and_leaves_no_stale_output(tmp_path, inve
     assert sorted(p.name for p in out_dir.iterdir()) == ["failed"]
 
 
+def test_the_leakage_claim_without_benchmark_items_says_so_and_keeps_every_glue_key(tmp_path, monkeypatch):
+    """A user's machine with records but no CMMLU: the claim is not run, and its page says why."""
+    monkeypatch.setenv("CUBE_DATA", str(tmp_path / "empty-home"))
+    monkeypatch.setenv("CUBE_SHARED_BENCHMARKS", str(tmp_path / "no-shared"))
+    monkeypatch.delenv("CUBE_BENCHMARKS", raising=False)
+    run = select_runs(load_plan(), ["05_leakage"])[0]
+    assert run.requires == ("cmmlu",)
+    reason = book.missing_data(run)
+    assert "cube data fetch cmmlu" in reason
+    out = execute_notebook(run, tmp_path / "out")
+    nb = nbformat.read(out, as_version=4)
+    text = "".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "not run here" in text and "cube data fetch cmmlu" in text
+    source = run.source.read_text(encoding="utf-8")
+    glued = {o["metadata"]["scrapbook"]["name"] for c in nb.cells if c.cell_type == "code"
+             for o in c.outputs if "scrapbook" in o.get("metadata", {})}
+    assert glued and glued == set(book._GLUE_KEY.findall(source))
+    monkeypatch.setenv("CUBE_SHARED_BENCHMARKS", str(REPO_ROOT.parent / "shared" / "benchmarks"))
+    assert book.missing_data(run) is None  # with the items there, the claim runs
+
+
+def test_requires_names_a_known_benchmark(tmp_path, invented):
+    with pytest.raises(ConfigError, match="'requires' must list benchmarks"):
+        load_plan(write_plan(tmp_path, [{"name": "a", "source": str(invented), "requires": ["mmlu"]}]))
+
+
 @pytest.fixture(scope="module")
 def partial_credit(tmp_path_factory) -> Path:
     """The real claim notebook 7, executed as the book executes it."""

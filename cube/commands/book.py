@@ -65,7 +65,7 @@ def shown(path) -> str:
 def run_execute(args: argparse.Namespace) -> int:
     from papermill.exceptions import PapermillExecutionError
 
-    from cube.book import EXECUTED_DIR, execute_notebook, load_plan, select_runs, with_parameters
+    from cube.book import EXECUTED_DIR, execute_notebook, load_plan, missing_data, select_runs, with_parameters
 
     out_dir = EXECUTED_DIR
     overrides = parse_params(args.param)
@@ -75,6 +75,9 @@ def run_execute(args: argparse.Namespace) -> int:
     total = time.perf_counter()
     for run in runs:
         start = time.perf_counter()
+        reason = missing_data(run)
+        if reason is not None:
+            print(f"[skip] {run.name}: {reason}", file=sys.stderr)
         try:
             out = execute_notebook(run, out_dir)
         except PapermillExecutionError as exc:

@@ -40,7 +40,7 @@ def register(subparsers) -> None:
     audit.add_argument("records", type=Path, help="a Parquet file or a folder of Parquet files")
     audit.add_argument(
         "--items", type=Path, default=None,
-        help="the CMMLU folder (dev/ and test/ CSVs); default: ../shared/benchmarks/cmmlu",
+        help="the CMMLU folder (dev/ and test/ CSVs); default: the lookup of `cube data list`",
     )
     audit.add_argument(
         "--window", type=int, default=20,
@@ -74,7 +74,7 @@ def register(subparsers) -> None:
     build.add_argument("--out", type=Path, required=True, help="the bundle folder to create")
     build.add_argument(
         "--items", type=Path, default=None,
-        help="the CMMLU folder (dev/ and test/ CSVs); default: ../shared/benchmarks/cmmlu",
+        help="the CMMLU folder (dev/ and test/ CSVs); default: the lookup of `cube data list`",
     )
     build.add_argument("--prediction", type=Path, default=None,
                        help=f"the frozen audit prediction to ship (default: {DEFAULT_PREDICTION})")
@@ -108,7 +108,7 @@ def run_audit(args: argparse.Namespace) -> int:
             raise ConfigError(f"{flag} must be at least 1, got {getattr(args, name)}")
     sources = [(path, *open_parquet(path)) for path in parquet_files(args.records)]
 
-    root = args.items if args.items is not None else default_benchmark_root("cmmlu")
+    root = default_benchmark_root("cmmlu", args.items)
     items = load_cmmlu(root, splits=("dev", "test"))
     index = leakage.build_index(
         items,
@@ -140,8 +140,7 @@ def run_audit(args: argparse.Namespace) -> int:
 def _items(root: Path | None):
     from cube.items import default_benchmark_root, load_cmmlu
 
-    return load_cmmlu(root if root is not None else default_benchmark_root("cmmlu"),
-                      splits=("dev", "test"))
+    return load_cmmlu(default_benchmark_root("cmmlu", root), splits=("dev", "test"))
 
 
 def run_build(args: argparse.Namespace) -> int:
