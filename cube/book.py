@@ -30,14 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from cube.config import REPO_ROOT, config_dir, load_yaml
-from cube.errors import ConfigError, SourceError
+from cube.errors import ChecksumError, ConfigError, SourceError
 
 EXECUTED_DIR = REPO_ROOT / "book" / "_executed"
 ASSETS_DIR = REPO_ROOT / "build" / "book"
 STATIC_DIR = ASSETS_DIR / "static"  # html_static_path: the vega bundle
 EXTRA_DIR = ASSETS_DIR / "extra"  # html_extra_path: copied verbatim into the site root
 MATHJAX_DIR = EXTRA_DIR / "_static" / "mathjax"
-MATHJAX_PACKAGE = "mathjax@3"
+MATHJAX_PACKAGE = "mathjax@3.2.2"
+# The registry's integrity for that exact tarball, recorded when it was first fetched: npm pack
+# checks the download against the registry, and this pin checks the registry.
+MATHJAX_INTEGRITY = "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw=="
 HTML_DIR = REPO_ROOT / "_build" / "html"
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -271,12 +274,16 @@ def fetch_mathjax(dest: str | Path = MATHJAX_DIR, package: str = MATHJAX_PACKAGE
         raise SourceError(f"{package}: npm is not installed (needed to fetch MathJax for the book)")
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".mathjax-") as tmp:
-        proc = subprocess.run([npm, "pack", package, "--json", "--pack-destination", tmp], check=False,
-                              capture_output=True, text=True)
+        # --ignore-scripts: nothing fetched runs code (npm pack would run prepack/prepare).
+        proc = subprocess.run([npm, "pack", package, "--json", "--ignore-scripts", "--pack-destination", tmp],
+                              check=False, capture_output=True, text=True)
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise SourceError(f"{package}: npm pack failed: {last}")
         info = json.loads(proc.stdout)[0]
+        if package == MATHJAX_PACKAGE and info.get("integrity") != MATHJAX_INTEGRITY:
+            raise ChecksumError(f"{package}: registry integrity {info.get('integrity')} is not the pinned "
+                                f"{MATHJAX_INTEGRITY}")
         staged = Path(tmp) / "mathjax"
         with tarfile.open(Path(tmp) / info["filename"]) as tar:
             members = [m for m in tar.getmembers() if m.isfile() and m.name.startswith("package/es5/")]

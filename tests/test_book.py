@@ -37,7 +37,7 @@ from cube.book import (
 )
 from cube.charts import BUNDLE_NAME
 from cube.config import REPO_ROOT
-from cube.errors import ConfigError
+from cube.errors import ChecksumError, ConfigError
 
 CONFIG = yaml.safe_load((REPO_ROOT / "_config.yml").read_text(encoding="utf-8"))
 TOC = yaml.safe_load((REPO_ROOT / "_toc.yml").read_text(encoding="utf-8"))
@@ -299,6 +299,14 @@ def test_mathjax_is_fetched_from_npm_once(tmp_path):
     before = (dest / "tex-chtml.js").stat().st_mtime_ns
     assert fetch_mathjax(dest) == dest and (dest / "tex-chtml.js").stat().st_mtime_ns == before
     assert [p.name for p in tmp_path.iterdir()] == ["mathjax"]  # no temp folder left behind
+    assert stamp["version"] == "3.2.2" and stamp["integrity"] == book.MATHJAX_INTEGRITY
+
+
+def test_mathjax_whose_integrity_is_not_the_pinned_one_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(book, "MATHJAX_INTEGRITY", "sha512-" + "A" * 86 + "==")
+    with pytest.raises(ChecksumError, match="is not the pinned"):
+        fetch_mathjax(tmp_path / "mathjax")
+    assert list(tmp_path.iterdir()) == []  # nothing installed
 
 
 def test_a_number_missing_from_the_notebooks_fails_the_strict_build(tmp_path, invented):
