@@ -7,6 +7,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from cube.errors import WriteError
+
 
 def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644,
                        before_rename: Callable[[], None] | None = None) -> None:
@@ -16,9 +18,10 @@ def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644,
     ``path``: a records store lists a shard in its manifest there, so a shard never appears unlisted.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -27,10 +30,20 @@ def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644,
         if before_rename is not None:
             before_rename()
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk, a read-only folder, a folder in the way: one line, no traceback
+        raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
 
 
 def atomic_write_text(path: str | Path, text: str, mode: int = 0o644) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode)
+
+
+def temp_files(path: str | Path) -> list[Path]:
+    """The temp files that killed writes of ``path`` left behind (never visible under ``path``)."""
+    import glob
+
+    path = Path(path)
+    return sorted(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))

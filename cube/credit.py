@@ -149,6 +149,9 @@ def _read_csv(
     for line, row in rows:
         if None in row:
             raise ConfigError(f"{path} line {line}: more fields than the header's {len(header)}")
+        if None in row.values():  # DictReader pads a short row with None
+            given = sum(value is not None for value in row.values())
+            raise ConfigError(f"{path} line {line}: {given} fields, fewer than the header's {len(header)}")
     return header, rows
 
 
@@ -861,6 +864,9 @@ class ScoreHistogram:
         return int(self.counts.sum())
 
 
+MAX_CANDIDATES = np.iinfo(np.int64).max  # counts are summed in int64
+
+
 def histogram_from_pairs(
     scores: Sequence[Any],
     counts: Sequence[Any],
@@ -876,11 +882,17 @@ def histogram_from_pairs(
         where = f"{source} line {lines[i]}" if lines is not None else f"{source} row {i + 1}"
         score = to_fraction(s, f"{where} column score")
         count = _to_count(c, f"{where} column count")
+        if count > MAX_CANDIDATES:
+            raise ConfigError(f"{where} column count: {c!r} is more candidates than a histogram can hold "
+                              f"(at most {MAX_CANDIDATES})")
         if score in seen:
             raise ConfigError(f"{where}: score {s!r} already listed ({seen[score]})")
         seen[score] = lines[i] if lines is not None else i + 1
         pairs.append((score, count))
     pairs.sort()
+    if sum(c for _, c in pairs) > MAX_CANDIDATES:
+        raise ConfigError(f"{source}: the counts total more candidates than a histogram can hold "
+                          f"(at most {MAX_CANDIDATES})")
     hist = ScoreHistogram(
         tuple(s for s, _ in pairs), np.array([c for _, c in pairs], dtype=np.int64)
     )

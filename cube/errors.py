@@ -21,6 +21,10 @@ class ChecksumError(SourceError):
     """A fetched or cached file does not match the sha256 pinned for it."""
 
 
+class UnsupportedTokenizer(SourceError):
+    """A verified tokenizer file is in a form cube has no converter for (e.g. a SentencePiece GGUF)."""
+
+
 class PredictionMismatch(CubeError):
     """A frozen audit prediction differs from what the tokenizers give now."""
 
@@ -31,3 +35,11 @@ class ItemsError(CubeError):
 
 class RecordsError(CubeError):
     """A records store (Parquet shards + MANIFEST.json) is missing, corrupt or malformed."""
+
+
+class WriteError(CubeError):
+    """A file cannot be written (disk full, permission denied, a folder where a file should be)."""
+
+
+class ResumeMismatch(RecordsError):
+    """A run would resume a records store written under a different configuration."""

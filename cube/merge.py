@@ -24,7 +24,7 @@ from cube.checksums import sha256_file
 from cube.atomic import atomic_write_bytes, atomic_write_text
 from cube.errors import RecordsError
 from cube.provenance import RUNLOG_NAME
-from cube.records import MANIFEST_NAME, read_manifest
+from cube.records import MANIFEST_NAME, config_differences, read_manifest
 from cube.schema import SCHEMA_VERSION
 
 RUNLOG = RUNLOG_NAME
@@ -64,9 +64,12 @@ def plan_merge(out: Path, sources: Sequence[Path]) -> MergePlan:
     for src in sources:
         if not src.is_dir():
             raise RecordsError(f"merge input {src} is not a folder")
+    if out.exists() and not out.is_dir():
+        raise RecordsError(f"merge output {out} is not a folder")
     stores = [out] if (out / MANIFEST_NAME).exists() else []
     stores += [s for s in sources if s.resolve() != out.resolve()]
-    plan = MergePlan(manifest={"schema_version": SCHEMA_VERSION, "synthetic": None, "metadata": {}, "files": {}})
+    plan = MergePlan(manifest={"schema_version": SCHEMA_VERSION, "synthetic": None, "metadata": {}, "files": {},
+                               "cells": {}})
     first_seen: dict[str, Path] = {}
     for store in stores:
         manifest = _checked_manifest(store)
@@ -76,6 +79,11 @@ def plan_merge(out: Path, sources: Sequence[Path]) -> MergePlan:
         elif plan.manifest["synthetic"] != synthetic:
             raise RecordsError(f"{store / MANIFEST_NAME}: cannot merge simulated records with real ones")
         _merged_metadata(plan.manifest["metadata"], manifest.get("metadata") or {}, store)
+        for cell, config in sorted((manifest.get("cells") or {}).items()):
+            known = plan.manifest["cells"].setdefault(cell, config)
+            if known != config:  # the shards' sha256s may agree so far, their configurations do not
+                raise RecordsError(f"cell {cell} was written under different configurations in {store} and "
+                                   f"another input: {'; '.join(config_differences(known, config))}")
         for name, entry in sorted(manifest["files"].items()):
             known = plan.manifest["files"].get(name)
             if known is None:

@@ -128,6 +128,54 @@ def logged_protocols(entries: Iterable[Mapping[str, Any]]) -> set[tuple[str, str
     return out
 
 
+def logged_files(entry: Mapping[str, Any]) -> list[str]:
+    """The shard files (``<model>/<file>.parquet``) a finished run left in its store.
+
+    A finished run had every shard of its plan on disk, written or found, so this is its plan:
+    as logged, or for older lines re-planned from the logged scorers, cells, item count, shard
+    size (the command's ``--shard-size``, else the default) and shard, and checked against the
+    number of jobs the line says it ran and skipped. A line without a plan vouches for nothing.
+    """
+    if "files" in entry:
+        return [str(f) for f in entry["files"]]
+    from dataclasses import replace
+
+    from cube.label_sets import LabelSet
+    from cube.prompts import Cell
+    from cube.runner import RunSpec, plan_jobs
+
+    model = entry.get("model")
+    if not isinstance(entry.get("n_items"), int) or not entry.get("scorers"):
+        return []  # not a harness run's line (e.g. hand-written): it vouches for no shard
+    command = shlex.split(str(entry.get("command") or ""))
+    size = int(command[command.index("--shard-size") + 1]) if "--shard-size" in command else 50
+    k, n = (int(x) for x in str(entry.get("shard", "0/1")).split("/"))
+    cells = tuple(Cell(LabelSet(ls, ("A", "B")), ctx, shots, order)
+                  for ls, ctx, shots, order in (_cell_parts(c, model) for c in entry.get("cells", [])))
+    spec = RunSpec(model=str(model), items=(None,) * entry["n_items"], cells=cells,
+                   scorers=tuple(entry["scorers"]), shard_size=size)
+    jobs = plan_jobs(replace(spec, shard=(k, n)))
+    if len(jobs) != int(entry.get("jobs_run") or 0) + int(entry.get("jobs_skipped") or 0):
+        raise RecordsError(f"run log of {model!r}: a line's {len(jobs)} planned shards do not match the "
+                           "jobs it ran and skipped")
+    return [f"{model}/{job.filename}" for job in jobs]
+
+
+def incomplete_cells(store: str | Path, listed: Iterable[str]) -> list[str]:
+    """One line per cell whose run log says it wrote shards the store no longer lists."""
+    listed = set(listed)
+    missing: dict[str, list[str]] = {}
+    expected: dict[str, set[str]] = {}
+    for entry in read_run_logs(store):
+        for name in logged_files(entry):
+            cell = name.rsplit("--", 1)[0]
+            expected.setdefault(cell, set()).add(name)
+            if name not in listed and name not in missing.get(cell, []):
+                missing.setdefault(cell, []).append(name)
+    return [f"{cell} ({len(names)} of {len(expected[cell])} shards gone, e.g. {names[0]})"
+            for cell, names in sorted(missing.items())]
+
+
 def sample_by_subject(table: pa.Table) -> list[dict[str, Any]]:
     """The item sample by uid: per benchmark, split and subject, the row numbers used."""
     groups: dict[tuple[str, str, str], list[int]] = {}
@@ -141,4 +189,4 @@ def sample_by_subject(table: pa.Table) -> list[dict[str, Any]]:
             for (b, sp, su), rows in sorted(groups.items())]
 
 
-__all__ = ["logged_protocols", "read_run_logs", "run_command", "run_rows", "sample_by_subject"]
+__all__ = ["incomplete_cells", "logged_files", "logged_protocols", "read_run_logs", "run_command", "run_rows", "sample_by_subject"]

@@ -2,7 +2,8 @@
 
 Layout of a store ``DIR``::
 
-    DIR/MANIFEST.json                 schema_version, synthetic flag, metadata, sha256 per file
+    DIR/MANIFEST.json                 schema_version, synthetic flag, metadata, sha256 per file,
+                                      and (harness stores) each cell's run configuration
     DIR/<model>/part-00000.parquet    records of one model (cube.schema.RECORD_SCHEMA)
 
 Why this shape: every claim of the paper is re-derived from these files without a model, so a
@@ -41,7 +42,7 @@ except ImportError:  # pragma: no cover
 
 from cube.checksums import sha256_file
 from cube.atomic import atomic_write_bytes, atomic_write_text
-from cube.errors import RecordsError
+from cube.errors import RecordsError, ResumeMismatch
 from cube.items import Item
 from cube.schema import KEY_COLUMNS, RECORD_SCHEMA, SCHEMA_METADATA_KEY, SCHEMA_VERSION, SCORER_NAMES
 
@@ -49,6 +50,7 @@ MANIFEST_NAME = "MANIFEST.json"
 SHARD_PATTERN = "part-{:05d}.parquet"
 # A model name becomes a folder name: keep it to characters every filesystem accepts.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+SHARD_FILE = re.compile(r"^[^/\\.\x00][^/\\\x00]*\.parquet$")  # no separators, not hidden
 QHASH_PATTERN = r"^[0-9a-f]{16}$"
 # Always read, whatever ``columns`` asks for: the keys (duplicate check) and the outcome columns
 # the value checks and every analysis need. Only probs, token ids, lengths and text are optional.
@@ -135,6 +137,8 @@ def list_matrix(table: pa.Table, name: str) -> np.ndarray:
 
 def read_manifest(directory: str | Path) -> dict[str, Any]:
     """The store's manifest, checked for shape and schema version."""
+    if Path(directory).exists() and not Path(directory).is_dir():
+        raise RecordsError(f"{directory} is not a folder; a records store is a folder holding {MANIFEST_NAME}")
     path = Path(directory) / MANIFEST_NAME
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
@@ -151,9 +155,22 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
             "these records need the cube version that wrote them"
         )
     for name, entry in manifest["files"].items():
+        _check_entry_name(name, path)
         if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
             raise RecordsError(f"{path}: file entry {name!r} has no sha256")
+    cells = manifest.get("cells", {})
+    if not isinstance(cells, dict) or not all(isinstance(c, dict) for c in cells.values()):
+        raise RecordsError(f"{path}: 'cells' must map each cell to its configuration object")
     return manifest
+
+
+def _check_entry_name(name: str, where: Path) -> None:
+    """A listed file is ``<model>/<file>.parquet`` inside the store: never ``..``, absolute, hidden."""
+    parts = name.split("/")
+    if len(parts) != 2 or not MODEL_NAME.match(parts[0]) or not SHARD_FILE.match(parts[1]):
+        raise RecordsError(
+            f"{where}: file entry {name!r} is not '<model>/<file>.parquet' (it would point outside the store)"
+        )
 
 
 def _empty_manifest() -> dict[str, Any]:
@@ -278,6 +295,62 @@ def _check_values(table: pa.Table, where: str) -> None:
             f"{where}: column parse_failed, row {row}: {bool(parse_failed[row])} but pred "
             f"{pred[row]} (-1 marks exactly the parse failures)"
         )
+    _check_decisions(table, where, pred, n_options)
+
+
+def _check_decisions(table: pa.Table, where: str, pred: np.ndarray, n_options: np.ndarray) -> None:
+    """``pred`` and ``tied`` must be what the stored scores decide, so a forged answer is refused.
+
+    Scored rows follow ``cube.scorers.decide``: pred is the first maximum of ``scores`` and tied
+    says the top score is shared. A generation (M6-*) has no scores (all NaN): its pred was
+    extracted from text, and its ``probs`` are one-hot on pred (all zero for a parse failure);
+    a simulated generation carries scores, and its pred is their argmax or -1.
+    """
+    scores = table.column("scores").combine_chunks()
+    values = pc.list_flatten(scores).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    if values.size == 0:
+        return
+    parents = pc.list_parent_indices(scores).to_numpy(zero_copy_only=False)
+    starts = np.concatenate([[0], np.cumsum(n_options)[:-1]]).astype(np.int64)  # every row has options
+    generation = pc.starts_with(table.column("scorer"), "M6-").to_numpy(zero_copy_only=False)
+    nan_count = np.add.reduceat(np.isnan(values).astype(np.int64), starts)
+    all_nan = nan_count == n_options
+    row = _first((nan_count > 0) & ~(generation & all_nan))
+    if row is not None:
+        raise RecordsError(
+            f"{where}: column scores, row {row}: NaN score (only a generation's scores are all NaN)"
+        )
+    top = np.maximum.reduceat(values, starts)
+    is_top = values == top[parents]
+    position = np.arange(values.size) - starts[parents]
+    argmax = np.minimum.reduceat(np.where(is_top, position, values.size), starts)
+    at_top = np.add.reduceat(is_top.astype(np.int64), starts)
+    shared = at_top > 1
+    scored = ~all_nan
+    row = _first(scored & (pred != argmax) & ~(generation & (pred == -1)))
+    if row is not None:
+        raise RecordsError(
+            f"{where}: column pred, row {row}: {pred[row]} but the argmax of scores is "
+            f"{argmax[row]} (the first maximum breaks ties)"
+        )
+    tied = _np(table, "tied")
+    row = _first(tied != (scored & shared))
+    if row is not None:
+        raise RecordsError(
+            f"{where}: column tied, row {row}: {bool(tied[row])} but "
+            + (f"{at_top[row]} option(s) share the top score" if scored[row] else "a generation has no scores")
+        )
+    if "probs" in table.column_names:
+        probs = pc.list_flatten(table.column("probs").combine_chunks()).to_numpy(zero_copy_only=False)
+        one_hot = (position == pred[parents]).astype(probs.dtype)
+        wrong = (all_nan[parents]) & (probs != one_hot)
+        element = _first(wrong)
+        if element is not None:
+            row = int(parents[element])
+            raise RecordsError(
+                f"{where}: column pred, row {row}: {pred[row]} but probs put the generation's answer "
+                f"elsewhere ({np.round(probs[starts[row]:starts[row] + n_options[row]], 3).tolist()})"
+            )
 
 
 def _describe_key(table: pa.Table, row: int) -> str:
@@ -440,7 +513,7 @@ def _check_table(table: pa.Table, where: str) -> pa.Table:
 
 
 @contextmanager
-def _manifest_lock(directory: Path) -> Iterator[None]:
+def manifest_lock(directory: Path) -> Iterator[None]:
     """Serialise manifest updates between processes (e.g. harness shards run in parallel)."""
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".manifest.lock", "a+") as fh:
@@ -464,10 +537,85 @@ def _update_manifest(
     atomic_write_text(path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
+# --------------------------------------------------------------------------------------------
+# Cell configurations: what a resume must agree with
+# --------------------------------------------------------------------------------------------
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def config_differences(old: Mapping[str, Any], new: Mapping[str, Any],
+                       fields: Iterable[str] | None = None) -> list[str]:
+    """``field old -> new`` for every field (of ``fields``, default all) the two disagree on."""
+    names = list(fields) if fields is not None else sorted(set(old) | set(new))
+    return [f"{n} {_shown(old.get(n))} -> {_shown(new.get(n))}" for n in names if old.get(n) != new.get(n)]
+
+
+def _cell_problem(manifest: Mapping[str, Any], configs: Mapping[str, Mapping],
+                  shared: Sequence[str]) -> str | None:
+    """Why these cells cannot be written into a store with this manifest, or None."""
+    known = manifest.get("cells") or {}
+    listed = manifest.get("files") or {}
+    for key, config in configs.items():
+        if key in known:
+            differences = config_differences(known[key], config)
+            if differences:
+                return (f"cell {key} was written under another configuration: {'; '.join(differences)} "
+                        "(rerun with its original options, or write to a new --out)")
+            continue
+        if any(name.startswith(f"{key}--") for name in listed):
+            return (f"cell {key} holds records written before cube recorded cell configurations, so a "
+                    "resume cannot be checked against them (write to a new --out and `cube merge` it)")
+        model = key.split("/", 1)[0]
+        siblings = {k: c for k, c in known.items() if k.startswith(f"{model}/")}
+        for other, recorded in siblings.items():
+            differences = config_differences(recorded, config, shared)
+            if differences:
+                return (f"new cell {key} does not match cell {other} of the same model: "
+                        f"{'; '.join(differences)} (write to a new --out)")
+        unrecorded = [n for n in listed if n.startswith(f"{model}/") and n.rsplit("--", 1)[0] not in known]
+        if unrecorded and not siblings:
+            return (f"{model} holds records written before cube recorded cell configurations (e.g. "
+                    f"{unrecorded[0]}), so new cells cannot be checked against them (write to a new "
+                    "--out and `cube merge` it)")
+    return None
+
+
+def check_cells(directory: str | Path, configs: Mapping[str, Mapping], shared: Sequence[str]) -> None:
+    """Refuse, in one line naming the differing fields, a run the store's records do not match."""
+    directory = Path(directory)
+    if not (directory / MANIFEST_NAME).exists():
+        return
+    problem = _cell_problem(read_manifest(directory), configs, shared)
+    if problem:
+        raise ResumeMismatch(f"{directory}: {problem}")
+
+
+def record_cells(directory: str | Path, configs: Mapping[str, Mapping], shared: Sequence[str]) -> None:
+    """Check and record the cells' configurations in the manifest, under its lock.
+
+    Recorded before the first shard of a cell is written, so even a killed run's partial cell
+    is bound to the configuration that started it.
+    """
+    directory = Path(directory)
+    with manifest_lock(directory):
+        path = directory / MANIFEST_NAME
+        manifest = read_manifest(directory) if path.exists() else _empty_manifest()
+        problem = _cell_problem(manifest, configs, shared)
+        if problem:
+            raise ResumeMismatch(f"{directory}: {problem}")
+        new = {k: dict(v) for k, v in configs.items() if k not in manifest.get("cells", {})}
+        if new or not path.exists():
+            manifest.setdefault("cells", {}).update(new)
+            atomic_write_text(path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
 def _shard_name(name: str, model: str) -> str:
     parts = name.split("/")
-    if len(parts) != 2 or parts[0] != model or not parts[1].endswith(".parquet") \
-            or parts[1].startswith("."):
+    if len(parts) != 2 or parts[0] != model or not SHARD_FILE.match(parts[1]):
         raise RecordsError(
             f"shard name {name!r}: expected '{model}/<file>.parquet' for the records of {model!r}"
         )
@@ -511,7 +659,7 @@ def _write_checked_shard(
     entry = {"sha256": hashlib.sha256(data).hexdigest(), "rows": table.num_rows}
 
     def list_in_manifest() -> None:
-        with _manifest_lock(directory):
+        with manifest_lock(directory):
             _update_manifest(directory, {name: entry}, synthetic, metadata)
 
     atomic_write_bytes(path, data, before_rename=list_in_manifest)
@@ -590,9 +738,17 @@ def read_records(
     ``columns`` reads only those columns plus ``ESSENTIAL_COLUMNS`` (keys and outcomes); the
     schema of every column is still checked from the file metadata.
     """
+    from cube.provenance import incomplete_cells
+
     directory = Path(directory)
     manifest = read_manifest(directory)
     listed = sorted(manifest["files"])
+    incomplete = incomplete_cells(directory, listed)
+    if incomplete:
+        raise RecordsError(
+            f"{directory}: cells incomplete: {'; '.join(incomplete)}: the run log says they were "
+            "written, but the store no longer lists them"
+        )
     on_disk = sorted(p.relative_to(directory).as_posix() for p in directory.glob("*/*.parquet"))
     unlisted = [name for name in on_disk if name not in manifest["files"]]
     if unlisted:

@@ -6,6 +6,12 @@ and unconditional) feeds M2-M5, whatever the cells; one greedy generation per (i
 both M6 extractors. Each group of ``shard_size`` items is written as one Parquet shard with a
 deterministic name via temp-file-and-rename, so a killed run re-run with the same arguments skips
 finished shards and loses or duplicates nothing.
+
+A re-run with other arguments must not be taken for a resume: the store's manifest records, per
+cell, everything that decides its records (``cell_configs``), and a run whose cells disagree is
+refused in one line naming the fields. Stores written before cells were recorded (the archive in
+``data/records``) stay readable, but a run into their models' folders is refused: it could not be
+checked, so it goes to a new ``--out`` and is joined with ``cube merge``.
 """
 
 from __future__ import annotations
@@ -14,14 +20,14 @@ import hashlib
 import json
 import platform
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
 from cube import __version__
-from cube.atomic import atomic_write_text
+from cube.atomic import atomic_write_text, temp_files
 from cube.backends.base import Backend, ContinuationLogprobs, ScoreRequest
 from cube.errors import ConfigError
 from cube.extract import extract_lenient, extract_strict
@@ -67,13 +73,25 @@ class RunSpec:
             raise ConfigError(f"shard size must be at least 1, got {self.shard_size}")
 
     def config_hash(self) -> str:
-        blob = json.dumps({
+        return _digest({
             "model": self.model, "uids": [i.uid for i in self.items], "qhash": [i.qhash for i in self.items],
             "cells": [c.key for c in self.cells], "scorers": sorted(self.scorers),
             "shard_size": self.shard_size, "max_new_tokens": self.max_new_tokens,
             "templates": load_templates(),
-        }, sort_keys=True, ensure_ascii=False, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        })
+
+
+def _digest(value: object) -> str:
+    blob = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# What decides a cell's records besides the cell itself. The settings come from ``RunSpec.extra``
+# (``cube run`` fills them in); STORE_FIELDS are shared by every cell of one model in a store, so
+# a new cell may join a store only when they agree, and a resumed cell must agree on all fields.
+RECORDED_SETTINGS = ("model_sha256", "dtype", "backend", "device", "benchmark", "split", "subjects",
+                     "sample", "within", "seed")
+STORE_FIELDS = ("model", "model_sha256", "dtype", "backend", "device")
 
 
 @dataclass(frozen=True)
@@ -86,9 +104,14 @@ class Job:
     items: tuple[Item, ...]
 
     @property
-    def filename(self) -> str:
+    def cell_name(self) -> str:
+        """The shards of one cell share this prefix; the store records its configuration under it."""
         cell = self.cell.key.replace("|", "__") if self.cell else {"tf": "judgement"}.get(self.kind, "cloze")
-        return f"{self.kind}--{cell}--{self.chunk:05d}.parquet"
+        return f"{self.kind}--{cell}"
+
+    @property
+    def filename(self) -> str:
+        return f"{self.cell_name}--{self.chunk:05d}.parquet"
 
 
 def plan_jobs(spec: RunSpec) -> list[Job]:
@@ -264,11 +287,66 @@ def write_job_shard(out: Path, model: str, job: Job, rows: list[dict]) -> None:
     write_shard(out, f"{model}/{job.filename}", pa.Table.from_pylist(rows, schema=RECORD_SCHEMA))
 
 
+KIND_SCORERS = {"label": LABEL_SCORERS, "cloze": CLOZE_SCORERS, "gen": ("M6",), "cot": ("M6-cot",),
+                "tf": JUDGEMENT_SCORERS}
+
+
+def cell_configs(spec: RunSpec) -> dict[str, dict]:
+    """``<model>/<cell name>`` -> every setting that decides the records of that cell.
+
+    The items enter as a digest of the ordered (uid, qhash) list (so a different sample, seed,
+    subject list or benchmark copy shows), the templates as a digest of all but the other cells'
+    answer contexts, the label set by its labels: a resume compares these field by field.
+    """
+    templates = load_templates()
+    common = {k: v for k, v in templates.items() if k not in ("contexts", "audit_item", "default_context")}
+    base = {"model": spec.model, **{k: spec.extra.get(k) for k in RECORDED_SETTINGS},
+            "items": _digest([[i.uid, i.qhash] for i in spec.items]), "n_items": len(spec.items),
+            "shard_size": spec.shard_size, "batch_size": spec.batch_size}
+    configs: dict[str, dict] = {}
+    for job in plan_jobs(replace(spec, shard=(0, 1))):
+        key = f"{spec.model}/{job.cell_name}"
+        if key in configs:
+            continue
+        config = dict(base, kind=job.kind, scorers=[s for s in KIND_SCORERS[job.kind] if s in spec.scorers])
+        if job.cell is not None:
+            cell = job.cell
+            config.update(label_set=cell.label_set.name, labels=_digest(list(cell.label_set.labels)),
+                          context=cell.context, shots=cell.shots, order=cell.order,
+                          templates=_digest([common, templates["contexts"].get(cell.context)]),
+                          dev_items=_digest([[i.uid, i.qhash] for i in spec.dev_items]) if cell.shots else None)
+        else:
+            config["templates"] = _digest(common)
+        if job.kind in ("gen", "cot"):
+            config["max_new_tokens"] = spec.max_new_tokens or templates["generation"][
+                "cot_max_new_tokens" if job.kind == "cot" else "answer_only_max_new_tokens"]
+        configs[key] = config
+    return configs
+
+
 def pending_jobs(spec: RunSpec, out: Path) -> tuple[list[Job], int]:
+    """The jobs left to run, after refusing a store written under another configuration.
+
+    A job is done when the manifest lists its shard and the file is there; a listed shard whose
+    file is missing (a kill between the manifest entry and the rename) is run again.
+    """
+    from cube.records import MANIFEST_NAME, check_cells, read_manifest
+
+    check_cells(out, cell_configs(spec), STORE_FIELDS)
+    listed = read_manifest(out)["files"] if (out / MANIFEST_NAME).exists() else {}
     jobs = plan_jobs(spec)
-    folder = out / spec.model
-    todo = [j for j in jobs if not (folder / j.filename).exists()]
+    todo = [j for j in jobs if f"{spec.model}/{j.filename}" not in listed or not (out / spec.model / j.filename).is_file()]
     return todo, len(jobs) - len(todo)
+
+
+def clean_temp_files(spec: RunSpec, out: Path) -> list[Path]:
+    """Remove what killed writes of this spec's own shards left; another process's are not touched."""
+    removed = []
+    for job in plan_jobs(spec):
+        for tmp in temp_files(out / spec.model / job.filename):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
 
 
 def iterate_jobs(backend: Backend, spec: RunSpec, out: Path, progress: bool = True) -> Iterator[tuple[Job, int]]:
@@ -290,7 +368,11 @@ def iterate_jobs(backend: Backend, spec: RunSpec, out: Path, progress: bool = Tr
 
 def run(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | None = None, progress: bool = True) -> dict:
     """Run every pending shard, then append a run log entry (config hash, versions, wall time)."""
+    from cube.records import record_cells
+
     t0 = time.perf_counter()
+    record_cells(out, cell_configs(spec), STORE_FIELDS)  # checked again under the manifest lock
+    clean_temp_files(spec, out)
     todo, skipped = pending_jobs(spec, out)
     n_rows = n_items = 0
     for job, rows in iterate_jobs(backend, spec, out, progress):
@@ -304,11 +386,15 @@ def run(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | None = N
         "items_per_s": round(n_items / wall, 3) if wall > 0 else None,
         "forward_tokens": backend.counter.forward_tokens, "versions": _versions(),
         "scorers": list(spec.scorers), "cells": [c.key for c in spec.cells], "n_items": len(spec.items),
+        "shard_size": spec.shard_size, "files": [f"{spec.model}/{j.filename}" for j in plan_jobs(spec)],
         **spec.extra,
     }
+    from cube.records import manifest_lock
+
     logfile = out / spec.model / RUNLOG_NAME
-    previous = logfile.read_text(encoding="utf-8") if logfile.exists() else ""
-    atomic_write_text(logfile, previous + json.dumps(log, ensure_ascii=False) + "\n")
+    with manifest_lock(out):  # parallel shard processes append to one log without losing a line
+        previous = logfile.read_text(encoding="utf-8") if logfile.exists() else ""
+        atomic_write_text(logfile, previous + json.dumps(log, ensure_ascii=False) + "\n")
     return log
 
 

@@ -179,7 +179,7 @@ def _converted(path: Path, fmt: str, sha256: str | None) -> Tokenizer:
     cached = cache_dir() / "tokenizers" / f"{digest}-v{CONVERTER_VERSION}.json"
     sums = cached.with_name(cached.name + ".sha256")
     if cached.exists() and sums.exists():
-        return Tokenizer.from_str(read_verified(cached, sums).decode("utf-8"))
+        return _parse_tokenizer_json(read_verified(cached, sums), cached)
     if fmt == "gguf":
         tok = tokenizer_from_gguf(read_gguf_metadata(path), where=str(path))
     else:
@@ -193,11 +193,15 @@ def _converted(path: Path, fmt: str, sha256: str | None) -> Tokenizer:
 def load_tokenizer_file(path: Path, sha256: str | None = None) -> Tokenizer:
     fmt = _sniff(path)
     if fmt == "json":
-        try:
-            return Tokenizer.from_file(str(path))
-        except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
-            raise SourceError(f"{path}: not a valid tokenizer.json ({str(exc).splitlines()[0][:120]})") from None
+        return _parse_tokenizer_json(path.read_bytes(), path)
     return _converted(path, fmt, sha256)
+
+
+def _parse_tokenizer_json(data: bytes, path: Path) -> Tokenizer:
+    try:
+        return Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
+        raise SourceError(f"{path}: not a valid tokenizer.json ({(str(exc).splitlines() or ['?'])[0][:120]})") from None
 
 
 def _local_path(path: Path) -> Path:

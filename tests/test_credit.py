@@ -251,6 +251,7 @@ def write_key(tmp_path, body: str) -> Path:
         ("I,1,,A\nI,1,,B\n", r"key.csv line 3: Part I question '1' repeats line 2"),
         ("III,1,,5\n", r"key.csv line 2: unknown part 'III'"),
         ("", r"key.csv: the key has no rows"),
+        ("I,1,,A\nII,2\n", r"key.csv line 3: 2 fields, fewer than the header's 4"),  # a short row
     ],
 )
 def test_bad_keys_name_the_row(tmp_path, body, message):
@@ -315,6 +316,8 @@ def test_percentile_out_of_range(hist):
         ("5,1.5\n", r"h.csv line 2 column count: '1.5' is not a whole number"),
         ("5,10\n5.0,2\n", r"h.csv line 3: score '5.0' already listed \(2\)"),
         ("5,0\n", r"no candidates"),
+        ("5,1e23\n", r"h.csv line 2 column count: '1e23' is more candidates than a histogram can hold"),
+        ("5,9223372036854775807\n6,1\n", r"h.csv: the counts total more candidates than"),
     ],
 )
 def test_bad_histograms_name_the_row(tmp_path, body, message):

@@ -13,7 +13,7 @@ from cube.merge import merge_runs, plan_merge
 from cube.prompts import Cell
 from cube.records import MANIFEST_NAME, read_records
 from cube.runner import RunSpec, plan_jobs, write_job_shard
-from tests.record_tables import record
+from tests.record_tables import record, scores_for
 
 # Invented items: only their uids and the job names they produce matter here.
 ITEMS = tuple(Item("cmmlu", "agronomy", "test", i, f"虚构问题{i}", ("甲", "乙", "丙", "丁"), i % 4) for i in range(7))
@@ -28,10 +28,11 @@ def write_run(folder: Path, shard: tuple[int, int], pred_shift: int = 0) -> None
     """What a `cube run --shard K/N` process leaves: a store of one shard per job, and a run log."""
     for job in plan_jobs(spec(shard)):
         scorer = "M1-seq" if job.kind == "label" else "M2"
-        rows = [record(model="m1", uid=it.uid, scorer=scorer, gold=it.answer, pred=(it.answer + pred_shift) % 4)
-                for it in job.items]
+        rows = [record(model="m1", uid=it.uid, scorer=scorer, gold=it.answer, pred=(it.answer + pred_shift) % 4,
+                       scores=scores_for((it.answer + pred_shift) % 4)) for it in job.items]
         write_job_shard(folder, "m1", job, rows)
-    (folder / "m1" / "runlog.jsonl").write_text(f'{{"shard": "{shard[0]}/{shard[1]}"}}\n', encoding="utf-8")
+    (folder / "m1" / "runlog.jsonl").write_text(f'{{"model": "m1", "shard": "{shard[0]}/{shard[1]}", "files": []}}\n',
+                                                encoding="utf-8")
 
 
 def shard_bytes(folder: Path) -> dict[str, bytes]:
@@ -46,7 +47,7 @@ def test_merged_shards_equal_an_unsharded_run(tmp_path):
     assert shard_bytes(tmp_path / "merged") == shard_bytes(tmp_path / "whole")
     assert len(plan.copies) == len(shard_bytes(tmp_path / "whole")) and plan.identical == 0
     log = (tmp_path / "merged" / "m1" / "runlog.jsonl").read_text(encoding="utf-8").splitlines()
-    assert log == ['{"shard": "0/3"}', '{"shard": "1/3"}', '{"shard": "2/3"}']
+    assert log == [f'{{"model": "m1", "shard": "{k}/3", "files": []}}' for k in range(3)]
     merged, whole = read_records(tmp_path / "merged"), read_records(tmp_path / "whole")  # checks sha256s
     assert merged.num_rows == whole.num_rows == 2 * len(ITEMS)  # a label and a cloze record per item
     key = ["uid", "scorer"]
@@ -106,3 +107,17 @@ def test_bad_inputs_are_records_errors(tmp_path, inputs, message):
     (tmp_path / "empty").mkdir()
     with pytest.raises(RecordsError, match=message):
         plan_merge(tmp_path / "out", [tmp_path / p for p in inputs])
+
+
+def test_cells_written_under_different_configurations_are_not_merged(tmp_path):
+    """Each store records its cells' configurations; a merge keeps them and refuses a disagreement."""
+    from cube.records import read_manifest, record_cells
+
+    label, cloze = "m1/label--L1__zh_cue__0shot__original", "m1/cloze--cloze"
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        record_cells(tmp_path / name, {label: {"seed": seed}, cloze: {"seed": seed}}, ())
+        write_run(tmp_path / name, (0, 2) if name == "a" else (1, 2))
+    merge_runs(tmp_path / "ab", [tmp_path / "a", tmp_path / "b"], progress=False)
+    assert sorted(read_manifest(tmp_path / "ab")["cells"]) == [cloze, label]
+    with pytest.raises(RecordsError, match=r"cell m1/cloze--cloze was written under different .*seed 0 -> 1"):
+        plan_merge(tmp_path / "out", [tmp_path / "a", tmp_path / "c"])

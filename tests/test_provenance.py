@@ -82,3 +82,26 @@ def test_logged_protocols_are_the_record_protocols_each_scorer_writes():
         *{("m", e, ls, ctx, n, o) for e in ("M6-strict", "M6-lenient") for ls, n, o in
           (("L1_halfwidth", 0, "original"), ("L4_circled", 5, "shift1")) for ctx in ("zh_cue", "cot")},
     }
+
+
+def test_archived_run_logs_vouch_for_every_shard_and_a_deleted_cell_is_reported(tmp_path):
+    """Older log lines name no files: their plan is rebuilt from the logged spec (issue 11)."""
+    import shutil
+
+    from cube.config import REPO_ROOT
+    from cube.provenance import incomplete_cells, logged_files
+    from cube.records import MANIFEST_NAME, read_manifest, read_records
+
+    archive = REPO_ROOT / "data" / "records"
+    listed = read_manifest(archive)["files"]
+    vouched = {name for entry in read_run_logs(archive) for name in logged_files(entry)}
+    assert vouched and vouched <= set(listed) and not incomplete_cells(archive, listed)
+    store = tmp_path / "records"
+    shutil.copytree(archive, store)
+    victim = sorted(n for n in vouched if "--L4_circled__" in n and n.startswith("smollm2"))[0]
+    manifest = json.loads((store / MANIFEST_NAME).read_text())
+    del manifest["files"][victim]  # the shard and its entry removed together: sha256s still agree
+    (store / MANIFEST_NAME).write_text(json.dumps(manifest))
+    (store / victim).unlink()
+    with pytest.raises(RecordsError, match=rf"cells incomplete: {victim.rsplit('--', 1)[0]} \(1 of 12 shards gone"):
+        read_records(store, verify=False)

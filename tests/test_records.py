@@ -341,3 +341,64 @@ def test_uid_outside_the_item_set_is_refused(tmp_path, agronomy):
     write_records(tmp_path, table([record(uid="cmmlu/agronomy/test/999999")]))
     with pytest.raises(RecordsError, match=r"column uid: 'cmmlu/agronomy/test/999999' is not in"):
         read_records(tmp_path, items=agronomy)
+
+
+# --- issue 11: bad input that must be one clear error -------------------------------------------
+
+
+def test_a_full_disk_is_one_line_error_and_leaves_no_temp_file(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from cube.errors import CubeError
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(CubeError, match="No space left on device") as caught:
+        write_records(tmp_path, small())
+    assert "\n" not in str(caught.value) and "part-00000.parquet" in str(caught.value)
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_a_file_given_as_store_is_one_clear_error(tmp_path):
+    path = tmp_path / "records.parquet"
+    path.write_bytes(b"not a folder")
+    with pytest.raises(RecordsError, match="is not a folder"):
+        read_records(path)
+
+
+@pytest.mark.parametrize("name", ["../x.parquet", "/tmp/x.parquet", "m1/../../x.parquet",
+                                  "m1/sub/x.parquet", "m1/.x.parquet", "m1/x.csv"])
+def test_manifest_entries_outside_the_store_are_refused(tmp_path, name):
+    write_records(tmp_path, small())
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    manifest["files"][name] = dict(manifest["files"]["m1/part-00000.parquet"])
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
+    with pytest.raises(RecordsError, match="outside the store|not '<model>/<file>.parquet'"):
+        read_records(tmp_path)
+
+
+@pytest.mark.parametrize("scorer, change, needle", [
+    ("M1-seq", {"pred": 2, "correct": False}, "column pred, row 0: 2 but the argmax of scores is 0"),
+    ("TF", {"pred": 1, "correct": False}, "column pred, row 0: 1 but the argmax of scores is 0"),
+    ("M1-strict", {"scores": [-0.5, -0.5, -2.0, -3.0], "tied": False}, "column tied, row 0"),
+    ("M1-seq", {"scores": [-0.5, float("nan"), -2.0, -3.0], "probs": [0.25] * 4}, "column scores, row 0: NaN"),
+    ("M6-strict", {"scores": [float("nan")] * 4, "pred": 1, "correct": False,
+                   "probs": [1.0, 0.0, 0.0, 0.0]}, "column pred, row 0: 1 but probs"),
+])
+def test_a_forged_pred_is_refused(tmp_path, scorer, change, needle):
+    write_raw(tmp_path, "m1/part-00000.parquet", table([record(scorer=scorer, **change)]))
+    with pytest.raises(RecordsError, match=needle):
+        read_records(tmp_path)
+
+
+def test_tied_scores_and_generations_keep_their_own_rules(tmp_path):
+    tie = record(scorer="M1-strict", scores=[-0.5, -0.5, -2.0, -3.0], tie_groups="0=1")  # first max
+    parse_fail = record(uid="cmmlu/agronomy/test/1", scorer="M6-strict", scores=[float("nan")] * 4,
+                        pred=-1, probs=[0.0] * 4, generation="x")
+    answered = record(uid="cmmlu/agronomy/test/2", scorer="M6-lenient", scores=[float("nan")] * 4,
+                      pred=2, probs=[0.0, 0.0, 1.0, 0.0], generation="y")
+    write_records(tmp_path, table([tie, parse_fail, answered]))
+    assert read_records(tmp_path).num_rows == 3

@@ -8,11 +8,11 @@ import pytest
 pytest.importorskip("torch")
 
 from cube.backends.hf import HFBackend  # noqa: E402
-from cube.errors import ConfigError  # noqa: E402
+from cube.errors import ConfigError, RecordsError  # noqa: E402
 from cube.items import load_cmmlu, stratified_sample  # noqa: E402
 from cube.label_sets import load_label_sets  # noqa: E402
 from cube.prompts import Cell  # noqa: E402
-from cube.runner import RunSpec, plan_jobs, run  # noqa: E402
+from cube.runner import RunSpec, pending_jobs, plan_jobs, run  # noqa: E402
 from cube.schema import KEY_COLUMNS, RECORD_SCHEMA  # noqa: E402
 
 pytestmark = pytest.mark.registry
@@ -176,3 +176,90 @@ def test_a_separate_tokenization_context_scores_the_bare_label(tmp_path, items, 
     bare = tuple(qwen3_tokenizer.encode(x, add_special_tokens=False).ids[0] for x in "ABCD")
     spaced = tuple(qwen3_tokenizer.encode(" " + x, add_special_tokens=False).ids[0] for x in "ABCD")
     assert firsts == {"en_prompt_space": spaced, "en_prompt_space_separate": bare}
+
+
+# --- issue 11: a resume never mixes configurations --------------------------------------------
+
+
+def label_only(items, **changes):
+    sets = load_label_sets()
+    fields = dict(model="tiny", items=items, cells=(Cell(sets["L1_halfwidth"], "zh_cue", 0),), scorers=("M1-seq",),
+                  shard_size=4, batch_size=4, extra={"seed": 0, "dtype": "float32", "backend": "hf"})
+    fields.update(changes)
+    return RunSpec(**fields)
+
+
+def test_a_resume_under_another_configuration_is_refused_naming_the_fields(tmp_path, items, tiny_qwen3, qwen3_tokenizer):
+    from dataclasses import replace
+
+    from cube.errors import ResumeMismatch
+    from cube.records import read_records
+
+    first = label_only(items)
+    run(backend(tiny_qwen3, qwen3_tokenizer), first, tmp_path, progress=False)
+    rows = read_records(tmp_path).num_rows
+    cases = [
+        (replace(first, items=items[:4]), r"items \S+ -> \S+; n_items 6 -> 4"),  # another sample
+        (replace(first, extra={**first.extra, "seed": 1}), r"seed 0 -> 1"),
+        (replace(first, scorers=("M1-seq", "M1-strict")), r'scorers \["M1-seq"\] -> \["M1-seq", "M1-strict"\]'),
+    ]
+    for spec, needle in cases:
+        for attempt in (lambda: pending_jobs(spec, tmp_path), lambda: run(None, spec, tmp_path, progress=False)):
+            with pytest.raises(ResumeMismatch, match=needle) as caught:
+                attempt()  # refused before the backend (None here) is touched
+            assert "\n" not in str(caught.value) and "label--L1_halfwidth__zh_cue__0shot__original" in str(caught.value)
+    # a new cell may join when the fields shared by the model's cells agree ...
+    sets = load_label_sets()
+    more = replace(first, cells=first.cells + (Cell(sets["L4_circled"], "zh_cue", 0),))
+    assert len(pending_jobs(more, tmp_path)[0]) == len(plan_jobs(more)) // 2
+    # ... and not when they do not
+    with pytest.raises(ResumeMismatch, match=r"new cell tiny/label--L4_circled.* dtype \"float32\" -> \"bfloat16\""):
+        pending_jobs(replace(more, cells=more.cells[1:], extra={**first.extra, "dtype": "bfloat16"}), tmp_path)
+    assert read_records(tmp_path).num_rows == rows
+
+
+def test_a_store_without_recorded_cell_configurations_is_refused(tmp_path, items, tiny_qwen3, qwen3_tokenizer):
+    """The archive's stores predate the recorded configurations: a resume cannot be checked, so it fails."""
+    import json
+
+    from cube.errors import ResumeMismatch
+    from cube.records import MANIFEST_NAME, read_records
+
+    spec = label_only(items)
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    del manifest["cells"]
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
+    assert read_records(tmp_path).num_rows == len(items)  # still readable
+    with pytest.raises(ResumeMismatch, match="written before cube recorded cell configurations"):
+        pending_jobs(spec, tmp_path)
+
+
+def test_orphaned_temp_files_are_cleaned_on_resume(tmp_path, items, tiny_qwen3, qwen3_tokenizer):
+    spec = label_only(items)
+    job = plan_jobs(spec)[0]
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    orphan = folder / f".{job.filename}.k1ll3d.tmp"  # what atomic_write_bytes leaves when killed
+    orphan.write_bytes(b"half a shard")
+    other = folder / ".someone-elses.parquet.x.tmp"  # not this run's: left to its writer
+    other.write_bytes(b"")
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    assert not orphan.exists() and other.exists()
+
+
+def test_shards_deleted_with_their_manifest_entries_are_reported(tmp_path, items, tiny_qwen3, qwen3_tokenizer):
+    import json
+
+    from cube.records import MANIFEST_NAME, read_records
+
+    spec = label_only(items)
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    victim = f"tiny/{plan_jobs(spec)[1].filename}"
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    del manifest["files"][victim]
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
+    (tmp_path / victim).unlink()
+    with pytest.raises(RecordsError, match=r"cells incomplete: tiny/label--L1_halfwidth__zh_cue__0shot__original "
+                                           r"\(1 of 2 shards gone"):
+        read_records(tmp_path)

@@ -143,6 +143,18 @@ def test_cached_converted_tokenizer_replaced_in_place_is_detected(tmp_path, monk
     assert "\n" not in str(info.value)
 
 
+def test_a_corrupt_tokenizer_json_is_one_line_not_a_traceback(tmp_path, capsys):
+    from cube.cli import main
+
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text('{"version": "1.0", "model": {"type": "BPE", "vocab": ', encoding="utf-8")
+    with pytest.raises(SourceError, match="not a valid tokenizer.json") as info:
+        resolve_tokenizer(str(bad))
+    assert "\n" not in str(info.value)
+    assert main(["audit", "--tokenizer", f"mine={bad}", "--label-sets", "L1_halfwidth"]) == 2
+    assert "not a valid tokenizer.json" in capsys.readouterr().err
+
+
 def test_npm_pack_never_runs_the_package_scripts(tmp_path, capsys):
     """The issue's repro: a local folder `evil@1.0.0` whose lifecycle scripts would write markers."""
     import json

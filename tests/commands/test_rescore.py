@@ -120,3 +120,10 @@ def test_calibration_prints_one_ece_per_scored_cell(run, store):
     assert len(lines) == 2 and all(": ECE " in line for line in lines)  # v1, v2; M6 left out
     code, out, _ = run(store, "--calibration", "--json")
     assert {r["model"] for r in json.loads(out)["rows"]} == {"v1", "v2"}
+
+
+def test_a_file_instead_of_a_records_folder_is_one_line(run, tmp_path):
+    path = tmp_path / "records.parquet"
+    path.write_bytes(b"PAR1")
+    code, _, err = run(str(path))
+    assert code == 2 and err.startswith("cube: error: ") and "is not a folder" in err and err.count("\n") == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -64,7 +65,7 @@ def test_within_draws_the_subset_from_the_full_sample():
     from cube.commands.run import build_spec
 
     def uids(*extra):
-        args = build_parser().parse_args(["run", "--model", "m", "--out", "x", *extra])
+        args = build_parser().parse_args(["run", "--model", "smollm2-135m-instruct", "--out", "x", *extra])
         return [item.uid for item in build_spec(args).items]
 
     full, subset = uids("--sample", "600"), uids("--sample", "67", "--within", "600")
@@ -73,3 +74,74 @@ def test_within_draws_the_subset_from_the_full_sample():
     assert not set(uids("--sample", "67")) <= set(full)  # what a plain 67-item sample gives
     with pytest.raises(ConfigError, match="--within 60 needs a --sample of at most 60"):
         uids("--sample", "67", "--within", "60")
+
+
+def _no_model_loads(monkeypatch):
+    import cube.models
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded although an argument is bad")
+
+    monkeypatch.setattr(cube.models, "load_model", refuse)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--sample", "0"], "--sample 0 must be at least 1"),
+    (["--sample", "100000"], "--sample 100000 is more than the"),
+    (["--sample", "1", "--within", "0"], "--within 0 must be at least 1"),
+    (["--label-sets", ","], "--label-sets ',' has an empty entry"),
+    (["--scorers", ","], "--scorers ',' has an empty entry"),
+    (["--scorers", "M1-seq,M1-seq"], "--scorers 'M1-seq,M1-seq' names 'M1-seq' twice"),
+    (["--max-new-tokens", "-1", "--scorers", "M6"], "--max-new-tokens -1 must be at least 1"),
+    (["--cues", "nope"], "unknown answer context 'nope'"),
+    (["--orders", "sideways"], "cell order 'sideways'"),
+    (["--shots", "0,,5"], "--shots '0,,5' has an empty entry"),
+    (["--batch-size", "0"], "--batch-size 0 must be at least 1"),
+    (["--model", "nope"], "unknown model 'nope'"),
+])
+def test_a_bad_argument_fails_before_any_model_loads(tmp_path, monkeypatch, capsys, argv, needle):
+    _no_model_loads(monkeypatch)
+    base = {"--model": "smollm2-135m-instruct", "--subjects": "anatomy", "--sample": "1", "--out": str(tmp_path / "out")}
+    base.update(dict(zip(argv[::2], argv[1::2])))
+    assert main(["run", *[x for pair in base.items() for x in pair]]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("cube: error: ") and needle in last
+    assert not (tmp_path / "out").exists()
+
+
+def test_out_must_be_a_records_folder_before_any_model_loads(tmp_path, monkeypatch, capsys):
+    _no_model_loads(monkeypatch)
+    argv = ["run", "--model", "smollm2-135m-instruct", "--subjects", "anatomy", "--sample", "1", "--out"]
+    target = tmp_path / "records.parquet"
+    target.write_bytes(b"x")
+    assert main([*argv, str(target)]) == 2
+    assert "is a file" in capsys.readouterr().err
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "notes.txt").write_text("mine")
+    assert main([*argv, str(tmp_path / "home")]) == 2
+    assert "a folder with other files and no MANIFEST.json" in capsys.readouterr().err
+
+
+@pytest.mark.registry
+def test_real_model_resume_under_another_configuration_is_refused(tmp_path, monkeypatch, capsys):
+    """The issue's repro: agronomy, then the same store with anatomy, another sample or seed."""
+    pytest.importorskip("torch")
+    from cube.records import read_records
+
+    out = str(tmp_path / "K")
+    argv = ["run", "--model", "smollm2-135m-instruct", "--label-sets", "L1_halfwidth", "--scorers", "M1-seq",
+            "--sample", "4", "--out", out]
+    assert main([*argv, "--subjects", "agronomy"]) == 0
+    before = read_records(out)
+    _no_model_loads(monkeypatch)
+    capsys.readouterr()
+    for extra, needle in ((["--subjects", "anatomy"], r'subjects \["agronomy"\] -> \["anatomy"\]'),
+                          (["--subjects", "agronomy", "--seed", "1"], "seed 0 -> 1"),
+                          (["--subjects", "agronomy", "--sample", "3"], "sample 4 -> 3")):
+        assert main([*argv, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("cube: error: ") and "written under another configuration" in err[0]
+        assert re.search(needle, err[0]) and "items " in err[0]
+    assert read_records(out).equals(before)
+    assert main([*argv, "--subjects", "agronomy"]) == 0  # the same command: nothing to do
+    assert "0 shards to run" in capsys.readouterr().err
