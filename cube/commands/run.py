@@ -28,7 +28,9 @@ def register(subparsers) -> None:
     p.add_argument("--orders", default="original", help="original,shift1,...")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--backend", default="hf", choices=["hf", "vllm"])
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
+                   help="auto (default): bf16 only where the CPU has a native bf16 unit that a probe "
+                        "confirms faster, or on a CUDA device with bf16; fp32 otherwise (logged with why)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--shard-size", type=int, default=50, help="items per record shard")
@@ -107,6 +109,7 @@ def build_spec(args: argparse.Namespace):
     from cube.prompts import Cell
     from cube.leakage import build_index
     from cube.models import model_source
+    from cube.precision import choose_dtype
     from cube.runner import GENERATION_SCORERS, RunSpec
 
     root = default_benchmark_root(args.benchmark, args.data)
@@ -137,13 +140,15 @@ def build_spec(args: argparse.Namespace):
         splits = [s for s in ("dev", "val", "test") if (Path(root) / s).is_dir()]
         index = build_index(load_items(args.benchmark, root, splits=splits))
     cells = [Cell(ls, ctx, n, order) for ls in label_sets for ctx in contexts for n in shots for order in orders]
+    precision = choose_dtype(args.dtype, args.device)
     return RunSpec(
         model=args.model, items=tuple(items), cells=tuple(cells), scorers=scorers, leakage_index=index,
         dev_items=tuple(dev), shard_size=args.shard_size, batch_size=args.batch_size,
         shard=_shard(args.shard), max_new_tokens=args.max_new_tokens,
         extra={"benchmark": args.benchmark, "split": args.split, "sample": args.sample, "within": args.within,
                "seed": args.seed, "subjects": subjects, "model_sha256": model_sha256, "device": args.device,
-               "dtype": args.dtype, "backend": args.backend, "command": command_line(args)},
+               "dtype": precision.dtype, "dtype_reason": precision.reason, "backend": args.backend,
+               "command": command_line(args)},
     )
 
 
@@ -153,19 +158,21 @@ def run(args: argparse.Namespace) -> int:
     check_out(args.out)
     spec = build_spec(args)  # every argument is checked here, before a model loads
     todo, done = pending_jobs(spec, args.out)  # and the store's recorded configuration
+    dtype = spec.extra["dtype"]
     print(f"{spec.model}: {len(spec.items)} items x {len(spec.cells)} cells, {len(todo)} shards to run, "
-          f"{done} already done (config {spec.config_hash()})", file=sys.stderr)
+          f"{done} already done (config {spec.config_hash()}); {dtype} ({spec.extra['dtype_reason']})",
+          file=sys.stderr)
     if not todo:
         return 0
     if args.backend == "vllm":
         from cube.backends.vllm import VLLMBackend
 
-        backend = VLLMBackend.from_config(args.model, dtype=args.dtype)
+        backend = VLLMBackend.from_config(args.model, dtype=dtype)
     else:
         from cube.backends.hf import HFBackend
         from cube.models import load_model
 
-        model, tokenizer = load_model(args.model, args.dtype, args.device)
+        model, tokenizer = load_model(args.model, dtype, args.device)
         backend = HFBackend(model, tokenizer)
     log = run_spec(backend, spec, args.out, model_sha256=spec.extra["model_sha256"])
     print(f"wrote {log['records_written']} records in {log['jobs_run']} shards, {log['wall_s']} s", file=sys.stderr)
