@@ -44,6 +44,7 @@ MATHJAX_INTEGRITY = "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+
 HTML_DIR = REPO_ROOT / "_build" / "html"
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+PLAN_KEYS = ("name", "source", "parameters", "requires", "title", "summary")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class NotebookRun:
     source: Path
     parameters: dict[str, Any] = field(default_factory=dict)
     requires: tuple[str, ...] = ()  # benchmarks whose items the notebook reads (not only records)
+    title: str | None = None  # the page's own heading, for a run under other parameters
+    summary: str | None = None  # its opening sentence: what this run shows that the base page does not
 
     def output(self, out_dir: str | Path = EXECUTED_DIR) -> Path:
         return Path(out_dir) / f"{self.name}.ipynb"
@@ -78,9 +81,9 @@ def load_plan(path: str | Path | None = None) -> list[NotebookRun]:
         where = f"{path} notebooks[{i}]"
         if not isinstance(entry, dict) or not entry.get("name") or not entry.get("source"):
             raise ConfigError(f"{where}: each entry needs a 'name' and a 'source'")
-        unknown = sorted(set(map(str, entry)) - {"name", "source", "parameters", "requires"})
+        unknown = sorted(set(map(str, entry)) - set(PLAN_KEYS))
         if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: name, parameters, requires, source")
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(PLAN_KEYS))}")
         name = str(entry["name"])
         if not _NAME.fullmatch(name):
             raise ConfigError(f"{where}: name {name!r} must be letters, digits, '_', '-' or '.'")
@@ -96,7 +99,11 @@ def load_plan(path: str | Path | None = None) -> list[NotebookRun]:
 
         if not isinstance(requires, list) or any(r not in LOADERS for r in requires):
             raise ConfigError(f"{where}: 'requires' must list benchmarks among {', '.join(LOADERS)}, got {requires!r}")
-        run = NotebookRun(name, source, dict(parameters), tuple(requires))
+        if parameters and not entry.get("title"):
+            # two pages with one heading are two identical entries in navigation and search
+            raise ConfigError(f"{where}: a run with parameters needs its own 'title'")
+        run = NotebookRun(name, source, dict(parameters), tuple(requires),
+                          entry.get("title") or None, entry.get("summary") or None)
         check_parameters(run)
         runs.append(run)
     return runs
@@ -116,11 +123,42 @@ def select_runs(plan: list[NotebookRun], only: Iterable[str] | None) -> list[Not
     return chosen
 
 
-def with_parameters(run: NotebookRun, overrides: dict[str, Any]) -> NotebookRun:
-    """The same run with some parameters replaced (``cube book execute --param``)."""
-    updated = NotebookRun(run.name, run.source, {**run.parameters, **overrides}, run.requires)
+def with_parameters(run: NotebookRun, overrides: dict[str, Any], name: str | None = None) -> NotebookRun:
+    """The same run with some parameters replaced (``cube book execute --param``).
+
+    ``name`` makes it a reader's run of its own (``--as NAME``), titled after it, so that it is
+    written beside the book's pages and never over one of them.
+    """
+    if name is not None and not _NAME.fullmatch(name):
+        raise ConfigError(f"run name {name!r} must be letters, digits, '_', '-' or '.'")
+    title = run.title
+    if name is not None:
+        title = f"{base_heading(read_myst_notebook(run.source)) or run.name}: a reader's run ({name})"
+    updated = NotebookRun(name or run.name, run.source, {**run.parameters, **overrides}, run.requires,
+                          title, run.summary if name is None else None)
     check_parameters(updated)
     return updated
+
+
+def reader_run(plan: list[NotebookRun], runs: list[NotebookRun], overrides: dict[str, Any],
+               name: str | None) -> list[NotebookRun]:
+    """The runs ``cube book execute`` performs when a reader passes ``--param`` (and ``--as``).
+
+    A run whose parameters differ from the plan's is a reader's run: it must be named, and the
+    name must not be one of the book's, so the paper's pages are never overwritten by it.
+    """
+    if name is not None and not overrides:
+        raise ConfigError(f"--as {name}: a reader's run is one with --param; without one, run the plan as it is")
+    if not overrides:
+        return runs
+    if name is None:
+        raise ConfigError("--param makes a reader's run: name it with --as NAME (it is written to NAME.ipynb, "
+                          "never over the book's pages)")
+    if any(r.name == name for r in plan):
+        raise ConfigError(f"--as {name}: {name!r} is one of the book's runs (config/notebooks.yaml); choose another name")
+    if len(runs) != 1:
+        raise ConfigError(f"--as {name} names one run, but --only selects {len(runs)}; select exactly one")
+    return [with_parameters(runs[0], overrides, name)]
 
 
 # ---- notebooks ----------------------------------------------------------------------------------
@@ -179,6 +217,74 @@ def missing_data(run: NotebookRun) -> str | None:
     return None
 
 
+def base_heading(nb) -> str | None:
+    """The notebook's first level-1 heading (its page title)."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return None
+
+
+def retitle(nb, run: NotebookRun):
+    """A run under other parameters as a page of its own: its heading, summary and parameters.
+
+    The notebook's first heading becomes ``run.title`` (two pages with one heading read as one
+    page twice in navigation, prev/next and search), a summary sentence follows it, and the
+    parameters are written as a cell of Python literals (papermill's own injection escapes every
+    non-ASCII character, so ``Ⅰ`` would show as ``\\u2160``); papermill then injects nothing.
+    """
+    import nbformat
+
+    if run.title:
+        for cell in nb.cells:
+            if cell.cell_type == "markdown" and any(line.startswith("# ") for line in cell.source.splitlines()):
+                lines = cell.source.splitlines()
+                at = next(i for i, line in enumerate(lines) if line.startswith("# "))
+                base = lines[at][2:].strip()
+                settings = "; ".join(f"`{k} = {v!r}`" for k, v in run.parameters.items())
+                sentence = (f"*This page is “{base}” (`{run.source.name}`) executed again with {settings}.*"
+                            if settings else "")
+                extra = [s for s in (sentence, run.summary or "") if s]
+                lines[at:at + 1] = [f"# {run.title}", "", *(x for s in extra for x in (s, ""))]
+                cell.source = "\n".join(lines)
+                break
+    if run.parameters:
+        index = next(i for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", []))
+        body = "\n".join(f"{k} = {v!r}" for k, v in run.parameters.items())
+        cell = nbformat.v4.new_code_cell(f"# Parameters of this run\n{body}")
+        cell.metadata["tags"] = ["injected-parameters"]
+        nb.cells.insert(index + 1, cell)
+    return nb
+
+
+def glued_values(path: str | Path) -> dict[str, str]:
+    """The values an executed notebook glued, as their plain text (strings unquoted).
+
+    A page that reports another notebook's results (the paper beside the reproduction) reads
+    them here rather than computing them a second time.
+    """
+    import nbformat
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path} is missing: execute that notebook first (cube book execute)")
+    out = {}
+    for cell in nbformat.read(path, as_version=4).cells:
+        for o in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            meta = o.get("metadata", {}).get("scrapbook")
+            if meta:
+                text = o.get("data", {}).get(meta.get("mime_prefix", "") + "text/plain", "")
+                try:
+                    value = ast.literal_eval(text)
+                    text = value if isinstance(value, str) else text
+                except (ValueError, SyntaxError):
+                    pass
+                out[meta["name"]] = text
+    return out
+
+
 _GLUE_KEY = re.compile(r"""\bglue\(\s*["']([A-Za-z0-9_]+)["']""")
 
 
@@ -221,11 +327,10 @@ def execute_notebook(run: NotebookRun, out_dir: str | Path = EXECUTED_DIR) -> Pa
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    nb = read_myst_notebook(run.source)
-    parameters = run.parameters
+    nb = retitle(read_myst_notebook(run.source), run)
     reason = missing_data(run)
     if reason is not None:
-        nb, parameters = skipped_notebook(nb, run, reason), {}
+        nb = skipped_notebook(nb, run, reason)
     target = run.output(out_dir)
     failed = out_dir / "failed" / f"{run.name}.ipynb"
     with tempfile.TemporaryDirectory(prefix=".cube-book-") as tmp:
@@ -235,7 +340,7 @@ def execute_notebook(run: NotebookRun, out_dir: str | Path = EXECUTED_DIR) -> Pa
         os.close(fd)
         try:
             papermill.execute_notebook(
-                str(converted), partial, parameters=parameters, cwd=str(REPO_ROOT),
+                str(converted), partial, parameters={}, cwd=str(REPO_ROOT),
                 kernel_name=nb.metadata["kernelspec"]["name"], progress_bar=False, log_output=False,
             )
             os.chmod(partial, 0o644)
@@ -313,16 +418,24 @@ def jupyter_book_command() -> str:
     return found
 
 
-def build_book(root: str | Path = REPO_ROOT, strict: bool = True) -> subprocess.CompletedProcess:
+def html_dir(out: str | Path | None = None, root: str | Path = REPO_ROOT) -> Path:
+    """Where the site lands: ``<out>/_build/html`` (Jupyter Book's layout), ``out`` the root by default."""
+    return Path(out if out is not None else root) / "_build" / "html"
+
+
+def build_book(root: str | Path = REPO_ROOT, strict: bool = True, out: str | Path | None = None) -> subprocess.CompletedProcess:
     """``jupyter-book build --all``: a clean build, since incremental ones miss static files.
 
     ``strict`` turns Sphinx warnings into errors: a glue key that a notebook no longer produces
-    is only a warning to Sphinx, but it means a number is missing from the paper.
+    is only a warning to Sphinx, but it means a number is missing from the paper. ``out`` is
+    Jupyter Book's ``--path-output``: the site goes to ``<out>/_build/html``.
     """
-    html_dir = Path(root) / "_build" / "html"
-    if html_dir.exists():  # --all rebuilds every page but leaves pages of removed sources behind
-        shutil.rmtree(html_dir)
+    site = html_dir(out, root)
+    if site.exists():  # --all rebuilds every page but leaves pages of removed sources behind
+        shutil.rmtree(site)
     cmd = [jupyter_book_command(), "build", "--all", str(root)]
+    if out is not None:
+        cmd += ["--path-output", str(Path(out).resolve())]
     if strict:
         cmd += ["-W", "--keep-going"]
     return subprocess.run(cmd, cwd=str(root), check=False)
@@ -333,11 +446,20 @@ def build_book(root: str | Path = REPO_ROOT, strict: bool = True) -> subprocess.
 def html_table(header: list[str], rows: Iterable[Iterable[Any]]) -> str:
     """An escaped HTML table, for glueing tables into the prose (cross-page glue takes HTML)."""
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows
-    )
-    # overflow-wrap: long unbroken cells (sha256s, package paths) wrap instead of overflowing
-    return f'<table class="table" style="overflow-wrap: anywhere"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    body = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in rows)
+    # The table scrolls inside its own box (book/static/cube.css) rather than widen the page;
+    # only cells holding a long unbroken token (a sha256, a package path) may break inside a
+    # word, so that narrow columns never break "L4_circled" or "600" letter by letter.
+    return f'<table class="table cube-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+LONG_TOKEN = 24  # characters: longer unbroken runs may wrap anywhere
+
+
+def _cell(value: Any) -> str:
+    text = str(value)
+    long = any(len(word) > LONG_TOKEN for word in text.split())
+    return f'<td class="cube-long">{html.escape(text)}</td>' if long else f"<td>{html.escape(text)}</td>"
 
 
 # ---- Sphinx extension (``sphinx: extra_extensions: [cube.book]`` in _config.yml) ---------------

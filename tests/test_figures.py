@@ -122,3 +122,22 @@ def test_reliability_chart_plots_the_filled_bins_of_each_table():
     first = next(i for i in range(10) if table["count"][i] > 0)
     assert values[0]["accuracy"] == table["accuracy"][first]
     assert values[0]["confidence"] == table["confidence"][first]
+
+
+def test_footrule_histogram_stands_on_zero_and_only_the_floor_is_dashed():
+    """Claim 3's bars floated as dashes (no baseline), and its floor lines were drawn solid."""
+    samples = np.random.default_rng(0).random(200) * 0.2
+    floor = NoiseFloor(float(samples.mean()), float(np.quantile(samples, 0.95)), samples)
+    spec = footrule_chart(floor, {"strict": 0.3}).to_dict()
+    bars, rules = spec["layer"][0], spec["layer"][1]
+    assert bars["encoding"]["y2"] == {"datum": 0} and bars["encoding"]["y"]["scale"]["zero"] is True
+    dash = rules["encoding"]["strokeDash"]["scale"]
+    assert dict(zip(dash["domain"], dash["range"])) == {"floor": [6, 4], "observed": [1, 0]}
+
+
+def test_heatmap_tooltip_covers_the_cell_text_too():
+    """The verdict text lies over the cell: without its own tooltip, only the cell's edges had one."""
+    spec = degeneracy_heatmap(CELLS).to_dict()
+    rect, text = spec["spec"]["layer"]
+    assert text["mark"]["type"] == "text"
+    assert text["encoding"]["tooltip"] == rect["encoding"]["tooltip"]

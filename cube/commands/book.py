@@ -1,7 +1,11 @@
 """``cube book``: execute the claim notebooks and build the offline book.
 
-cube book execute [--only NAME ...] [--param NAME=VALUE ...]
-cube book build [--no-strict]
+cube book execute [--only NAME ...] [--param NAME=VALUE ... --as RUN] [--out DIR]
+cube book build [--no-strict] [--out DIR]
+
+Folders written: ``execute`` writes ``<DIR>/<run>.ipynb`` (default ``book/_executed/``; a failed
+run's partial copy goes to ``<DIR>/failed/``); ``build`` writes the vega bundle and MathJax into
+``build/book/`` and the site into ``<DIR>/_build/html`` (default: ``_build/html``).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 
 def register(subparsers) -> None:
@@ -25,12 +30,18 @@ def register(subparsers) -> None:
                          help="a run name, or a notebook name for all its runs (repeatable)")
     execute.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                          help="override a notebook parameter; VALUE is YAML/JSON, e.g. "
-                              "'extra_label_sets=[\"roman=Ⅰ,Ⅱ,Ⅲ,Ⅳ\"]' (repeatable)")
+                              "'extra_label_sets=[\"roman=Ⅰ,Ⅱ,Ⅲ,Ⅳ\"]' (repeatable); needs --as")
+    execute.add_argument("--as", dest="run_name", metavar="RUN",
+                         help="name of a reader's run with --param: written to RUN.ipynb, never over a book page")
+    execute.add_argument("--out", type=Path, default=None, metavar="DIR",
+                         help="folder of the executed notebooks (default book/_executed, the one the book renders)")
     execute.set_defaults(func=run_execute)
 
     build = actions.add_parser("build", help="jupyter-book build --all, with local vega and MathJax")
     build.add_argument("--no-strict", dest="strict", action="store_false",
                        help="do not turn Sphinx warnings (e.g. a missing glue key) into errors")
+    build.add_argument("--out", type=Path, default=None, metavar="DIR",
+                       help="write the site to DIR/_build/html (default: _build/html in the repository)")
     build.set_defaults(func=run_build)
 
 
@@ -65,13 +76,12 @@ def shown(path) -> str:
 def run_execute(args: argparse.Namespace) -> int:
     from papermill.exceptions import PapermillExecutionError
 
-    from cube.book import EXECUTED_DIR, execute_notebook, load_plan, missing_data, select_runs, with_parameters
+    from cube.book import EXECUTED_DIR, execute_notebook, load_plan, missing_data, reader_run, select_runs
 
-    out_dir = EXECUTED_DIR
+    out_dir = args.out if args.out is not None else EXECUTED_DIR
     overrides = parse_params(args.param)
-    runs = select_runs(load_plan(), args.only)
-    if overrides:
-        runs = [with_parameters(r, overrides) for r in runs]
+    plan = load_plan()
+    runs = reader_run(plan, select_runs(plan, args.only), overrides, args.run_name)
     total = time.perf_counter()
     for run in runs:
         start = time.perf_counter()
@@ -91,7 +101,7 @@ def run_execute(args: argparse.Namespace) -> int:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from cube.book import EXECUTED_DIR, HTML_DIR, build_book, load_plan, missing_outputs, prepare_assets
+    from cube.book import EXECUTED_DIR, build_book, html_dir, load_plan, missing_outputs, prepare_assets
     from cube.config import REPO_ROOT
     from cube.errors import ConfigError
 
@@ -100,10 +110,10 @@ def run_build(args: argparse.Namespace) -> int:
         raise ConfigError(f"{shown(missing[0])} is missing: run `cube book execute` first")
     start = time.perf_counter()
     prepare_assets()
-    proc = build_book(REPO_ROOT, strict=args.strict)
+    proc = build_book(REPO_ROOT, strict=args.strict, out=args.out)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         print(f"cube: jupyter-book build failed (exit {proc.returncode}) after {seconds:.1f} s", file=sys.stderr)
         return 1
-    print(f"built {shown(HTML_DIR)}/index.html in {seconds:.1f} s")
+    print(f"built {shown(html_dir(args.out).resolve())}/index.html in {seconds:.1f} s")
     return 0

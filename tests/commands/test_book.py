@@ -35,10 +35,13 @@ def test_params_are_read_as_yaml_or_json():
 
 
 def test_execute_one_claim_with_a_parameter(cube, tmp_path):
-    code, out, _ = cube("execute", "--only", "07_partial_credit", "--param", 'exams=["thpt2025_math"]')
+    code, out, _ = cube("execute", "--only", "07_partial_credit", "--param", 'exams=["thpt2025_math"]',
+                        "--as", "math_only", "--out", str(tmp_path / "mine"))
     assert code == 0
-    produced = tmp_path / "executed" / "07_partial_credit.ipynb"
-    assert f"executed 07_partial_credit -> {produced}" in out
+    produced = tmp_path / "mine" / "math_only.ipynb"  # a reader's run: never the book's page
+    assert f"executed math_only -> {produced}" in out
+    assert not (tmp_path / "executed").exists()
+    assert "a reader's run (math_only)" in nbformat.read(produced, as_version=4).cells[0].source
     claims = nbformat.read(produced, as_version=4).cells[-1].outputs[0]["text"]
     assert "thpt2025_math: baseline 1.975 (ladder) < 2.75 (additive)" in claims
     assert "thpt2025_standard" not in claims
@@ -47,19 +50,22 @@ def test_execute_one_claim_with_a_parameter(cube, tmp_path):
 def test_a_claim_that_stops_holding_fails_the_command(cube, tmp_path):
     concave = tmp_path / "concave.yaml"  # pays more than additive for 1..3 right: claim 7 fails
     concave.write_text("statements: 4\npoints: [0, 0.5, 0.75, 0.9, 1]\n", encoding="utf-8")
-    code, _, err = cube("execute", "--only", "07_partial_credit", "--param", f"scheme={concave}")
+    code, _, err = cube("execute", "--only", "07_partial_credit", "--param", f"scheme={concave}", "--as", "concave")
     assert code == 1
-    assert err.startswith("cube: notebook 07_partial_credit failed in cell ")
+    assert err.startswith("cube: notebook concave failed in cell ")
     assert "AssertionError: the ladder pays more than additive for some count" in err
     assert len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "executed" / "07_partial_credit.ipynb").exists()
-    assert (tmp_path / "executed" / "failed" / "07_partial_credit.ipynb").is_file()
+    assert not (tmp_path / "executed" / "concave.ipynb").exists()
+    assert (tmp_path / "executed" / "failed" / "concave.ipynb").is_file()
 
 
 @pytest.mark.parametrize("argv, message", [
     (["execute", "--only", "nope"], "unknown notebook 'nope'"),
-    (["execute", "--only", "07_partial_credit", "--param", "exam=[]"], "parameter 'exam' is not in 07_partial_credit.md"),
-    (["execute", "--param", "scheme=ladder"], "01_tokenizer_audit: parameter 'scheme' is not in"),
+    (["execute", "--only", "07_partial_credit", "--param", "exam=[]", "--as", "x"], "parameter 'exam' is not in 07_partial_credit.md"),
+    (["execute", "--only", "01_tokenizer_audit", "--param", "extra_label_sets=[]"], "name it with --as NAME"),
+    (["execute", "--only", "01_tokenizer_audit", "--param", "extra_label_sets=[]", "--as", "01_tokenizer_audit"],
+     "'01_tokenizer_audit' is one of the book's runs"),
+    (["execute", "--param", "scheme=ladder", "--as", "x"], "--only selects"),
     (["build"], "book/_executed/01_tokenizer_audit.ipynb is missing: run `cube book execute` first"),
 ])
 def test_bad_input_is_one_line_and_exit_2(cube, argv, message):
