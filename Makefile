@@ -30,7 +30,7 @@ vllm-env:
 	scripts/install_vllm_env.sh
 
 # The main job: the tokenizer audit checked against the frozen prediction, every claim notebook
-# executed by papermill, and the offline Jupyter Book built into build/book/_build/html.
+# executed by papermill, and the offline Jupyter Book built into _build/html.
 paper: book
 
 book: $(STAMP)
