@@ -43,3 +43,7 @@ class WriteError(CubeError):
 
 class ResumeMismatch(RecordsError):
     """A run would resume a records store written under a different configuration."""
+
+
+class HarnessImportError(CubeError):
+    """Another harness's output (lm-evaluation-harness) is truncated, incomplete, not multiple choice, or names unknown items."""

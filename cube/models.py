@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cube.checksums import SUMS_FILE, record_folder, verify_folder
 from cube.config import cache_dir, config_dir, load_yaml
 from cube.errors import ChecksumError, ConfigError
 
 PROVENANCE_FILE = "provenance.json"
 # Bump when the conversion changes, so stored models are rebuilt.
-STORE_VERSION = 1
+# 2: the folder carries cube's own tokenizer (the GGUF header's, BOS/EOS rules included).
+STORE_VERSION = 2
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -120,10 +122,10 @@ def assemble_gguf(source: ModelSource, out: Path) -> Path:
 
 
 def _convert(source: ModelSource, gguf_path: Path, out_dir: Path) -> None:
-    """Dequantise the GGUF with transformers and save bf16 safetensors plus the tokenizer."""
+    """Dequantise the GGUF with transformers and save bf16 safetensors plus cube's tokenizer."""
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+    from transformers import AutoModelForCausalLM, GgufConfig
 
     folder, fname = str(gguf_path.parent), gguf_path.name
     # Dequantise every weight now (with GGUF matmul kernels installed, transformers would otherwise
@@ -132,14 +134,13 @@ def _convert(source: ModelSource, gguf_path: Path, out_dir: Path) -> None:
         folder, gguf_file=fname, dtype=torch.bfloat16,
         quantization_config=GgufConfig(gguf_file=fname, dequantize=True),
     )
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
     # The GGUF loader leaves a quantizer attached and records it in the config; with either, saving
     # would refuse or later loads would go through the GGUF quantizer again.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    write_tokenizer(source, out_dir)
     provenance = {
         "name": source.name,
         "upstream": source.upstream,
@@ -149,6 +150,7 @@ def _convert(source: ModelSource, gguf_path: Path, out_dir: Path) -> None:
         "gguf_sha256": source.gguf_sha256,
         "parts": [{"spec": p.spec, "sha256": p.sha256} for p in source.parts],
         "stored_dtype": "bfloat16",
+        "tokenizer": "cube's own, from the GGUF header (cube.tokenizer_build): the ids cube scores",
         "store_version": STORE_VERSION,
         "converted_with": {"transformers": transformers.__version__, "torch": torch.__version__},
     }
@@ -156,9 +158,15 @@ def _convert(source: ModelSource, gguf_path: Path, out_dir: Path) -> None:
 
 
 def _is_complete(path: Path, source: ModelSource) -> bool:
+    """A store entry made from this source by this store version, every file as cube wrote it.
+
+    An entry without SHA256SUMS (an older cube) is rebuilt from the verified parts, never trusted;
+    one whose files differ from their record is a ChecksumError, never silently used or rebuilt.
+    """
     prov = path / PROVENANCE_FILE
-    if not prov.exists():
+    if not prov.exists() or not (path / SUMS_FILE).exists():
         return False
+    verify_folder(path)  # the full hash on every load: see the README for its cost
     data = json.loads(prov.read_text(encoding="utf-8"))
     return data.get("gguf_sha256") == source.gguf_sha256 and data.get("store_version") == STORE_VERSION
 
@@ -177,6 +185,7 @@ def ensure_model(name: str) -> Path:
         gguf_path = assemble_gguf(source, gguf_dir / f"{name}.gguf")
         staged = work / name
         _convert(source, gguf_path, staged)
+        record_folder(staged)  # before the rename, so the entry never appears unrecorded
         if final.exists():  # stale (older store version or another source): replace it
             old = work / "old"
             final.rename(old)
@@ -193,30 +202,81 @@ def ensure_model(name: str) -> Path:
 def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu"):
     """Load a demo model from the store: ``(transformers model in eval mode, tokenizers.Tokenizer)``.
 
-    The tokenizer is the one the audit reads from the same GGUF header (``cube.sources``), so the
-    harness scores exactly the tokens the audit predicted on. transformers' GGUF conversion is
-    used only where cube has no converter (SentencePiece GGUFs such as Gemma's): it can drop
-    pre-tokenizer steps (e.g. SmolLM's isolated digits, which split ``①`` from a leading space).
+    The tokenizer is ``model_tokenizer``: the one the audit reads from the same GGUF header
+    (``cube.sources``), so the harness scores exactly the tokens the audit predicted on.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     torch_dtype = _torch_dtype(dtype)
     source = model_source(name)
     path = ensure_model(name)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device).eval()
-    tokenizer = header_tokenizer(source) or AutoTokenizer.from_pretrained(path).backend_tokenizer
-    return model, tokenizer
+    # Only the verified folder: no Hub lookups, and never a pickled checkpoint.
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch_dtype, local_files_only=True, use_safetensors=True,
+    ).to(device).eval()
+    return model, model_tokenizer(source)
+
+
+def model_tokenizer(source: ModelSource):
+    """cube's tokenizer of a demo model: the harness scores with it, the converted folder carries it.
+
+    It is built from the GGUF header (``header_tokenizer``), so it follows the model's own BOS/EOS
+    rules (Gemma's add_bos_token). transformers' GGUF conversion is never a stand-in: it drops
+    pre-tokenizer steps (SmolLM's isolated digits) and the header's BOS. A tokenizer that adds
+    tokens after the text (add_eos_token) is refused: every scored continuation would end in them.
+    """
+    from cube.errors import SourceError, UnsupportedTokenizer
+
+    tokenizer = header_tokenizer(source)
+    if tokenizer is None:
+        raise UnsupportedTokenizer(f"model {source.name}: cube has no converter for its GGUF tokenizer")
+    raw = tokenizer.encode("a", add_special_tokens=False).ids
+    full = tokenizer.encode("a").ids
+    if full[len(full) - len(raw):] != raw:
+        raise SourceError(f"model {source.name}: its tokenizer adds tokens after the text (add_eos_token); "
+                          "cube cannot score a continuation after them")
+    return tokenizer
+
+
+def write_tokenizer(source: ModelSource, out_dir: Path) -> None:
+    """Write ``model_tokenizer`` into a model folder as tokenizer.json + tokenizer_config.json.
+
+    So that ``AutoTokenizer.from_pretrained(folder)`` (transformers, lm-eval, vLLM) reads the very
+    ids cube scores, BOS included, not transformers' own GGUF conversion of the tokenizer. The
+    special-token names and the chat template come from the same verified header.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    from cube.gguf import read_gguf_metadata
+    from cube.sources import fetch_registry_file
+
+    first = source.parts[0]
+    meta = read_gguf_metadata(fetch_registry_file(first.spec, first.sha256))
+    tokenizer = model_tokenizer(source)
+    names = {}
+    for role, key in (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"),
+                      ("unk_token", "unknown_token_id"), ("pad_token", "padding_token_id")):
+        token_id = meta.get(f"tokenizer.ggml.{key}")
+        if token_id is not None:
+            names[role] = tokenizer.id_to_token(token_id)
+    if meta.get("tokenizer.chat_template"):  # kept for chat-template users; cube never applies it
+        names["chat_template"] = meta["tokenizer.chat_template"]
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, **names).save_pretrained(out_dir)
 
 
 def header_tokenizer(source: ModelSource):
-    """cube's tokenizer from the GGUF header in the first part, or None if cube cannot convert it."""
-    from cube.errors import SourceError
+    """cube's tokenizer from the GGUF header in the first part, or None if cube has no converter.
+
+    Only "no converter for this tokenizer form" gives None. A checksum or fetch failure is an
+    error: falling back to transformers' conversion would silently score other tokens.
+    """
+    from cube.errors import UnsupportedTokenizer
     from cube.sources import resolve_tokenizer
 
     first = source.parts[0]
     try:
         return resolve_tokenizer(first.spec, first.sha256)
-    except SourceError:
+    except UnsupportedTokenizer:
         return None
 
 
@@ -229,4 +289,5 @@ def _torch_dtype(dtype: str):
     return table[dtype]
 
 
-__all__ = ["ModelSource", "ModelPart", "model_sources", "model_source", "ensure_model", "load_model", "model_dir"]
+__all__ = ["ModelSource", "ModelPart", "model_sources", "model_source", "ensure_model", "load_model", "model_dir",
+           "model_tokenizer", "write_tokenizer"]

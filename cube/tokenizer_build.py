@@ -1,9 +1,12 @@
 """Building HF fast tokenizers from the raw forms tokenizers ship in.
 
 Two forms need conversion: a GGUF header (vocabulary, merges and token types stored as metadata)
-and a Llama-3-style tiktoken rank file. Both become byte-level BPE ``tokenizers.Tokenizer``
-objects whose token ids are exactly the file's ids — special tokens included — so that token ids
-reported by the audit are the ids the model sees.
+and a Llama-3-style tiktoken rank file. Both become BPE ``tokenizers.Tokenizer`` objects (byte-level,
+or SentencePiece-style for Gemma's GGUFs) whose token ids are exactly the file's ids — special
+tokens included — so that token ids reported by the audit are the ids the model sees. A GGUF's
+own BOS/EOS rules (``tokenizer.ggml.add_bos_token`` / ``add_eos_token``) become the tokenizer's
+post-processor: a model scored without the BOS it was trained with is not the model its authors
+released.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from cube.errors import SourceError
+from cube.errors import SourceError, UnsupportedTokenizer
 
 # Pre-tokenizer split patterns, keyed by GGUF `tokenizer.ggml.pre`.
 QWEN2_PATTERN = (
@@ -49,6 +52,7 @@ NFC_PRES = {"qwen2", "deepseek-r1-qwen"}
 
 # GGUF token types (llama.cpp): 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte.
 _SPECIAL_TYPES = {3, 4}
+_MERGEABLE_TYPES = {1, 4}  # what SentencePiece BPE merges are made of (not control or byte tokens)
 
 # Llama 3 special tokens follow the base ranks in this order, then reserved ones up to 256.
 LLAMA3_SPECIAL = [
@@ -95,34 +99,100 @@ def _byte_level_bpe(vocab: dict[str, int], merges: list[tuple[str, str]], patter
     return tok
 
 
-def _with_bos(tok: Tokenizer, bos: str, bos_id: int) -> None:
+def _with_specials(tok: Tokenizer, bos: tuple[str, int] | None, eos: tuple[str, int] | None = None) -> None:
+    """Add ``bos`` before and ``eos`` after every encoded text (``add_special_tokens=True``)."""
+    marks = [m for m in (bos, eos) if m is not None]
+    if not marks:
+        tok.post_processor = None
+        return
+    head, tail = (f"{bos[0]} " if bos else ""), (f" {eos[0]}" if eos else "")
     tok.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, bos_id)]
+        single=f"{head}$A{tail}", pair=f"{head}$A{tail} {head}$B{tail}", special_tokens=marks,
     )
 
 
+def _with_bos(tok: Tokenizer, bos: str, bos_id: int) -> None:
+    _with_specials(tok, (bos, bos_id))
+
+
+def _header_special(meta: dict[str, Any], tokens: list[str], which: str, where: str) -> tuple[str, int] | None:
+    """The ``(token, id)`` the header says to add as ``which`` ('bos' or 'eos'), or None.
+
+    A missing ``add_bos_token`` is an error rather than a guess: llama.cpp's default depends on
+    the vocabulary type and pre-tokenizer, and a wrong guess silently changes every prompt.
+    ``add_eos_token`` defaults to false, as it does everywhere.
+    """
+    flag_key, id_key = f"tokenizer.ggml.add_{which}_token", f"tokenizer.ggml.{which}_token_id"
+    if which == "bos" and flag_key not in meta:
+        raise SourceError(f"{where}: GGUF header lacks {flag_key}; cube will not guess whether the model wants a BOS")
+    if not meta.get(flag_key, False):
+        return None
+    token_id = meta.get(id_key)
+    if not isinstance(token_id, int) or not 0 <= token_id < len(tokens):
+        raise SourceError(f"{where}: {flag_key} is set but {id_key}={token_id!r} is not a token id")
+    return tokens[token_id], token_id
+
+
+def _sentencepiece_bpe(tokens: list[str], types: list[int], where: str) -> tuple[Tokenizer, list[str]]:
+    """Gemma's SentencePiece BPE from a GGUF vocabulary (which stores no merges).
+
+    Spaces are written as ``▁`` (no prefix space: Gemma's headers set add_space_prefix false), and
+    unknown characters fall back to the ``<0xNN>`` byte tokens. llama.cpp stores whitespace-run
+    tokens with real spaces; the vocabulary spells them with ``▁`` as the text will be. Gemma's
+    merge order follows the order of its vocabulary, so the merges are those of ``merges_from_ranks``
+    with each token's id as its rank: checked equal to the published Gemma 3 tokenizer.json.
+    """
+    spelled = ["\u2581" * len(t) if t and not t.strip(" ") else t for t in tokens]
+    vocab: dict[str, int] = {}
+    for i, t in enumerate(spelled):
+        vocab.setdefault(t, i)
+    if "<unk>" not in vocab:
+        raise SourceError(f"{where}: SentencePiece GGUF vocabulary has no '<unk>' token")
+    merges = merges_from_ranks({t: i for t, i in vocab.items() if types[i] in _MERGEABLE_TYPES})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    return tok, spelled
+
+
 def tokenizer_from_gguf(meta: dict[str, Any], where: str = "GGUF") -> Tokenizer:
-    """A byte-level BPE tokenizer from GGUF metadata, keeping the file's own special-token ids."""
+    """A tokenizer from GGUF metadata, keeping the file's own token ids and BOS/EOS rules.
+
+    Byte-level BPE (``gpt2``) for any architecture; SentencePiece (``llama``) for Gemma only, the
+    one whose conversion is checked against a published tokenizer (other SentencePiece GGUFs
+    differ in prefix spaces and merge order, and a guess would silently change their tokens).
+    """
     kind = meta.get("tokenizer.ggml.model")
-    if kind != "gpt2":
-        raise SourceError(f"{where}: tokenizer.ggml.model={kind!r} is not supported (only byte-level BPE 'gpt2')")
-    pre = meta.get("tokenizer.ggml.pre", "default")
-    if pre not in PRE_PATTERNS:
-        raise SourceError(f"{where}: unknown pre-tokenizer tokenizer.ggml.pre={pre!r}")
+    arch = str(meta.get("general.architecture", ""))
     tokens: list[str] = meta["tokenizer.ggml.tokens"]
     types: list[int] = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
-    vocab: dict[str, int] = {}
-    for i, t in enumerate(tokens):
-        vocab.setdefault(t, i)  # a duplicated string keeps its first id
-    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
-    tok = _byte_level_bpe(vocab, merges, PRE_PATTERNS[pre], nfc=pre in NFC_PRES)
-    specials = [AddedToken(tokens[i], special=True, normalized=False)
-                for i, t in enumerate(types) if t in _SPECIAL_TYPES and vocab.get(tokens[i]) == i]
-    tok.add_special_tokens(specials)
-    bos_id = meta.get("tokenizer.ggml.bos_token_id")
-    if meta.get("tokenizer.ggml.add_bos_token") and bos_id is not None:
-        _with_bos(tok, tokens[bos_id], bos_id)
-    _check_ids_kept(tok, {tokens[i]: i for i, t in enumerate(types) if t in _SPECIAL_TYPES and vocab.get(tokens[i]) == i}, where)
+    if kind == "gpt2":
+        pre = meta.get("tokenizer.ggml.pre", "default")
+        if pre not in PRE_PATTERNS:
+            raise SourceError(f"{where}: unknown pre-tokenizer tokenizer.ggml.pre={pre!r}")
+        spelled = tokens
+        vocab: dict[str, int] = {}
+        for i, t in enumerate(tokens):
+            vocab.setdefault(t, i)  # a duplicated string keeps its first id
+        merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
+        tok = _byte_level_bpe(vocab, merges, PRE_PATTERNS[pre], nfc=pre in NFC_PRES)
+        kept = {tokens[i]: i for i, t in enumerate(types) if t in _SPECIAL_TYPES and vocab.get(tokens[i]) == i}
+        tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in kept])
+    elif kind == "llama" and arch.startswith("gemma") and not meta.get("tokenizer.ggml.add_space_prefix", False):
+        tok, spelled = _sentencepiece_bpe(tokens, types, where)
+        # Control tokens are special (skipped when decoding); user-defined ones (newline runs,
+        # HTML tags, ...) are matched whole, as llama.cpp does, but decode as ordinary text.
+        tok.add_special_tokens([AddedToken(spelled[i], special=True, normalized=False)
+                                for i, t in enumerate(types) if t == 3])
+        tok.add_tokens([AddedToken(spelled[i], special=False, normalized=False) for i, t in enumerate(types) if t == 4])
+        kept = {spelled[i]: i for i, t in enumerate(types) if t in _SPECIAL_TYPES}
+    else:
+        raise UnsupportedTokenizer(
+            f"{where}: tokenizer.ggml.model={kind!r} (architecture {arch!r}) is not supported "
+            "(byte-level BPE 'gpt2', or Gemma's SentencePiece 'llama' without a prefix space)"
+        )
+    _with_specials(tok, _header_special(meta, spelled, "bos", where), _header_special(meta, spelled, "eos", where))
+    _check_ids_kept(tok, kept, where)
     return tok
 
 

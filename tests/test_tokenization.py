@@ -52,3 +52,13 @@ def test_separate_tokenization_keeps_the_prompts_space_and_never_merges(qwen3_to
     assert continuation_tokenizer("separate") is tokens_separately
     with pytest.raises(ConfigError, match="unknown tokenization 'glued'"):
         continuation_tokenizer("glued")
+
+
+def test_separate_tokenization_puts_no_bos_before_the_label():
+    """A BOS model's prompt starts with BOS; the label tokenized apart must not get one too."""
+    from cube.tokenization import encode_ids, tokens_separately
+
+    tok = char_bpe(["Q", ":", " ", "A"], bos=True)
+    apart = tokens_separately(tok, "Q: ", "A")
+    assert apart.full_ids[0] == 1 and apart.full_ids.count(1) == 1
+    assert apart.continuation_ids == encode_ids(tok, "A", add_special_tokens=False) == (tok.token_to_id("A"),)

