@@ -8,7 +8,7 @@ CUBE=${CUBE:-.venv/bin/cube}
 OUT=${OUT:-data/records}
 MODELS=("$@")
 [ ${#MODELS[@]} -gt 0 ] || MODELS=(smollm2-135m-instruct gemma-3-270m qwen2.5-coder-0.5b-instruct qwen2.5-coder-1.5b-instruct)
-COMMON=(--benchmark cmmlu --split test --seed 0 --out "$OUT" --dtype bfloat16)
+COMMON=(--benchmark cmmlu --split test --seed 0 --out "$OUT" --dtype auto)
 
 # Subset steps draw their items from the 600-item sample (--within 600) so they pair with it. The
 # chain-of-thought and 5-shot records archived in session 2 predate --within (a plain stratified
