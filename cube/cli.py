@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "cube.commands.book",
     "cube.commands.merge",
     "cube.commands.smoke",
+    "cube.commands.import_lm_eval",
 ]
 
 

@@ -13,7 +13,10 @@ SCHEMA_VERSION = "cube.records/1"
 SCHEMA_METADATA_KEY = b"cube.schema"  # Parquet file metadata key holding SCHEMA_VERSION
 
 # Scorer names as stored. M6 rows come in pairs from one generation, one per extractor.
-SCORER_NAMES = ("M1-seq", "M1-strict", "M2", "M3", "M4", "M5", "M6-strict", "M6-lenient", "TF")
+# M4-char: log-likelihood per character of the choice, lm-evaluation-harness's acc_norm (only
+# `cube import lm-eval` writes it; cube's own length normalisation is M4, per UTF-8 byte).
+SCORER_NAMES = ("M1-seq", "M1-strict", "M2", "M3", "M4", "M5", "M6-strict", "M6-lenient", "TF",
+                "M4-char")
 
 RECORD_SCHEMA = pa.schema([
     # --- keys -------------------------------------------------------------------------------
