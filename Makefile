@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 FROZEN := data/predictions/audit_frozen.json
 
-.PHONY: help install system-deps vllm-env paper book audit test unit-test book-test smoke-test freeze bench clean
+.PHONY: help install system-deps vllm-env lmeval-env paper book audit test unit-test book-test smoke-test freeze bench clean
 
 help:
 	@echo "make paper       the main job: audit + every claim notebook on the archived records + the book"
@@ -29,6 +29,10 @@ system-deps:
 vllm-env:
 	scripts/install_vllm_env.sh
 
+# The real lm-evaluation-harness 0.4.13 in its own venv (wheels only): the import test runs it.
+lmeval-env:
+	scripts/install_lm_eval_env.sh
+
 # The main job: the tokenizer audit checked against the frozen prediction, every claim notebook
 # executed by papermill, and the offline Jupyter Book built into _build/html.
 paper: book
@@ -49,7 +53,7 @@ freeze: $(STAMP)
 # built site in a real headless browser.
 test: unit-test book-test
 
-unit-test: $(STAMP) system-deps vllm-env
+unit-test: $(STAMP) system-deps vllm-env lmeval-env
 	$(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/test_book_site.py
 
 book-test: book system-deps
@@ -71,4 +75,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/analysis_scale.py
 
 clean:
-	rm -rf $(VENV) .venv-vllm build _build book/_executed .pytest_cache
+	rm -rf $(VENV) .venv-vllm .venv-lmeval build _build book/_executed .pytest_cache

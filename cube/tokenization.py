@@ -6,10 +6,14 @@ the cut is wrong whenever the label merges with the end of the context (e.g. ``"
 becoming one pre-token); then the context's own last tokens change and we flag the cell instead
 of hiding it. The model scores the text as it would read it.
 
-*Separately* (what lm-evaluation-harness does): ``tokenize(context) + tokenize(label)``. A prompt
-ending in a space then keeps that space as a token of its own and the label comes without one,
-a sequence the model rarely saw in training: the MMLU whitespace effect. It is a protocol a study
-may need to reproduce, so it is a named answer context (``tokenization: separate``).
+*Separately*: ``tokenize(context) + tokenize(label)``, as a harness does that encodes context and
+continuation apart. A prompt ending in a space then keeps that space as a token of its own and the
+label comes without one, a sequence the model rarely saw in training: the MMLU whitespace effect.
+It is a protocol a study may need to reproduce, so it is a named answer context
+(``tokenization: separate``). lm-evaluation-harness 0.4 does *not* do this: it moves the prompt's
+trailing whitespace into the continuation and tokenizes the whole text, which for ``"Answer: "`` +
+``"A"`` scores `` A`` as in-context tokenization does (``cube.lm_eval_import`` audits it, and a test
+runs the real lm-eval to show it).
 """
 
 from __future__ import annotations
