@@ -60,7 +60,7 @@ def analyse(directory: str, B: int) -> dict:
     lap("rescore")
     base = select(table, **BASE)
     strict = ranking_shift(base, select(table, scorer="M6-strict"), B=B, seed=0)
-    lenient = ranking_shift(base, select(table, scorer="M6-lenient"), floor=strict.floor)
+    lenient = ranking_shift(base, select(table, scorer="M6-lenient"), B=B, seed=0)
     models = sorted(set(base.column("model").to_pylist()))
     regression_table(select(base, model=models[0]), select(base, model=models[1]))
     lap("footrule+regression")

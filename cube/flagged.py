@@ -20,7 +20,15 @@ import pyarrow.compute as pc
 from cube.confirm import CELL, SEQUENCE, STRICT, ConfirmationReport
 from cube.errors import ConfigError
 from cube.records import group_ids, list_matrix
-from cube.stats import McNemarResult, mcnemar_exact, paired_bootstrap_ci
+from cube.stats import (
+    ClusteredDifference,
+    ClusteredMcNemarResult,
+    McNemarResult,
+    clustered_bootstrap_ci,
+    clustered_mcnemar,
+    mcnemar_exact,
+    paired_bootstrap_ci,
+)
 
 Cell = tuple[str, str, str]  # (model, label set, context)
 
@@ -53,6 +61,11 @@ class ScorerGap:
     gain_lo: float  # 95% paired-bootstrap interval of the gain
     gain_hi: float
     mcnemar: McNemarResult  # b: items only A gets right; c: items only B gets right
+    # the pairs repeat items (one item in several cells and models): the same comparison with
+    # items as clusters, an item-stratified McNemar and an item-clustered bootstrap of the gain
+    n_items: int
+    clustered_mcnemar: ClusteredMcNemarResult
+    clustered_gain: ClusteredDifference  # acc_b - acc_a, items resampled with all their pairs
 
 
 def scorer_gap(
@@ -67,7 +80,9 @@ def scorer_gap(
 
     A record of A is paired with B's record of the same (model, label set, context, shots,
     order, uid); records without a partner are left out, so both accuracies are on the same
-    items. Raises ConfigError when no item is paired.
+    items. Raises ConfigError when no item is paired. The pooled McNemar test and interval
+    count every pair as independent, but the cells share items; the clustered ones (by uid)
+    are the inference that holds when they do, reported beside them.
     """
     sub = select_cells(table, cells)
     sub = sub.filter(pc.is_in(sub.column("scorer"), value_set=pa.array([scorer_a, scorer_b])))
@@ -86,9 +101,12 @@ def scorer_gap(
     a, b = correct[a_rows[found]], correct[partner[found]]
     cell_ids, _ = group_ids(sub, CELL, with_keys=False)
     gain, lo, hi = paired_bootstrap_ci(b, a, B=B, seed=seed)
+    items = sub.column("uid").to_numpy(zero_copy_only=False)[a_rows[found]]
     return ScorerGap(
         scorer_a, scorer_b, int(np.unique(cell_ids[a_rows[found]]).size), int(a.size),
         float(a.mean()), float(b.mean()), gain, lo, hi, mcnemar_exact(a, b),
+        int(np.unique(items).size), clustered_mcnemar(a, b, items),
+        clustered_bootstrap_ci(b, a, items, B=B, seed=seed),
     )
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from cube.config import config_dir, load_yaml
 from cube.errors import ConfigError
+from cube.stats import footrule_has_power, footrule_normalisation
 
 REPRODUCED = "reproduced"
 SMALLER = "reproduced at smaller scale"
@@ -291,20 +292,27 @@ def partial_collision(result: PaperResult, prediction: Mapping[str, Any], report
 
 
 def footrule_row(result: PaperResult, shift: Any | None, name: str) -> Reproduction:
-    """A ranking shift against the noise floor.
+    """A ranking shift against its paired noise floor (``cube.rescore.ranking_shift``).
 
-    Beyond the floor's 95th percentile: reproduced. Within it, and the floor's p95 is at least
-    the paper's footrule: the test has no power at this number of models (not reproducible
-    here). Within it although the floor would have shown the paper's shift: contradicted.
+    Beyond the floor's 95th percentile: reproduced. A floor whose p95 is the largest footrule
+    the models can reach leaves no footrule beyond it: no power at this number of models (not
+    reproducible here). Within it, and the floor's p95 is at least the paper's footrule: no
+    power to show the paper's shift either. Within it although the floor would have shown the
+    paper's shift: contradicted.
     """
     if shift is None:
         return Reproduction("no ranking", Scale(), None, f"fewer than 2 models under both protocols ({name})")
     n = len(shift.models)
-    value = (f"footrule {shift.observed:.3f} (normalised by ⌊n²/2⌋, n = {n} models), "
-             f"{shift.multiple_of_mean:.2f}× the floor's mean {shift.floor.mean:.3f}, "
-             f"{shift.multiple_of_p95:.2f}× its p95 {shift.floor.p95:.3f}")
+    value = (f"footrule {shift.observed:.3f} ({footrule_normalisation(n)}), "
+             f"{shift.multiple_of_mean:.2f}× the paired floor's mean {shift.floor.mean:.3f}, "
+             f"{shift.multiple_of_p95:.2f}× its p95 {shift.floor.p95:.3f} "
+             f"(each protocol's own p95: {shift.floor_a.p95:.3f} and {shift.floor_b.p95:.3f})")
     scale = Scale(n, shift.n_items)
     paper_value = float(result.numbers["footrule"])
+    if not footrule_has_power(shift.floor):
+        return Reproduction(value, scale, None,
+                            f"no power with {n} models: the floor's p95 {shift.floor.p95:.3f} is the largest "
+                            f"footrule {n} models can reach")
     if shift.observed > shift.floor.p95:
         return Reproduction(value, scale, True)
     if shift.floor.p95 >= paper_value:

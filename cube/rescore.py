@@ -42,10 +42,13 @@ from cube.stats import (
     average_ranks,
     expected_calibration_error,
     footrule,
+    footrule_has_power,
     footrule_multiple,
-    footrule_noise_floor,
+    footrule_normalisation,
+    footrule_verdict,
     mcnemar_exact,
     paired_bootstrap_ci,
+    paired_noise_floor,
     wilson_interval,
 )
 from cube.taxonomy import Taxonomy, load_taxonomy, taxonomy_for_benchmark
@@ -491,7 +494,13 @@ def correct_matrix(table: pa.Table, models: Sequence[str] | None = None) -> Corr
 
 @dataclass(frozen=True)
 class RankingShift:
-    """Observed between-protocol footrule in units of the within-protocol noise floor."""
+    """Observed between-protocol footrule in units of the comparison's noise floor.
+
+    ``floor`` is the paired floor of both protocols (``cube.stats.paired_noise_floor``: per
+    replicate the noisier protocol's footrule, on the same resamples); ``floor_a`` and
+    ``floor_b`` are each protocol's own, kept to show how far the verdict would depend on
+    which protocol's floor were used.
+    """
 
     models: list[str]
     n_items: int
@@ -499,8 +508,23 @@ class RankingShift:
     accuracy_b: np.ndarray
     observed: float
     floor: NoiseFloor
+    floor_a: NoiseFloor
+    floor_b: NoiseFloor
     multiple_of_mean: float
     multiple_of_p95: float
+
+    @property
+    def normalisation(self) -> str:
+        return footrule_normalisation(len(self.models))
+
+    @property
+    def has_power(self) -> bool:
+        return footrule_has_power(self.floor)
+
+    def verdict(self, floor: NoiseFloor | None = None) -> str:
+        """Against the paired floor, or against ``floor`` (e.g. ``floor_a``) to compare."""
+        return footrule_verdict(self.observed, self.floor if floor is None else floor,
+                                len(self.models))
 
 
 def ranking_shift(
@@ -509,14 +533,14 @@ def ranking_shift(
     B: int = 1000,
     seed: int = 0,
     progress: bool = False,
-    floor: NoiseFloor | None = None,
 ) -> RankingShift:
-    """How far protocol B reorders the models of protocol A, against A's resampling noise.
+    """How far protocol B reorders the models of protocol A, against both protocols' noise.
 
     Both rankings use the same items (those every model answered under both protocols) and
-    integer hit counts, so tied models tie exactly (average ranks, see cube.stats). Pass the
-    ``floor`` of an earlier call with the same protocol A and items to compare several
-    protocols B (e.g. the strict and the lenient extractor) against one floor.
+    integer hit counts, so tied models tie exactly (average ranks, see cube.stats). The floor
+    is paired: each replicate resamples the common items once and ranks the models under both
+    protocols on that draw, so each comparison has its own floor and the verdict does not
+    depend on which protocol is called A.
     """
     models_a = set(column_codes(table_a, "model")[1])
     models_b = set(column_codes(table_b, "model")[1])
@@ -532,11 +556,10 @@ def ranking_shift(
     ib = pc.index_in(pa.array(common), value_set=pa.array(b.uids)).to_numpy().astype(np.int64)
     ca, cb = a.correct[:, ia], b.correct[:, ib]
     observed = footrule(average_ranks(ca.sum(axis=1)), average_ranks(cb.sum(axis=1)))
-    if floor is None:
-        floor = footrule_noise_floor(ca, B=B, seed=seed, progress=progress)
-    of_mean, of_p95 = footrule_multiple(observed, floor)
-    return RankingShift(models, len(common), ca.mean(axis=1), cb.mean(axis=1), observed, floor,
-                        of_mean, of_p95)
+    floors = paired_noise_floor(ca, cb, B=B, seed=seed, progress=progress)
+    of_mean, of_p95 = footrule_multiple(observed, floors.joint)
+    return RankingShift(models, len(common), ca.mean(axis=1), cb.mean(axis=1), observed,
+                        floors.joint, floors.a, floors.b, of_mean, of_p95)
 
 
 def filters_from(mapping: Mapping[str, Any]) -> dict[str, Any]:

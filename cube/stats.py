@@ -23,7 +23,7 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import bdtr
+from scipy.special import bdtr, chdtrc
 from tqdm import tqdm
 
 from cube.errors import CubeError
@@ -190,6 +190,127 @@ def paired_bootstrap_ci(
     alpha = 1.0 - level
     lo, hi = np.quantile(deltas, [alpha / 2.0, 1.0 - alpha / 2.0])
     return (n_plus - n_minus) / n, float(lo), float(hi)
+
+
+# --------------------------------------------------------------------------------------------
+# Pairs that repeat an item (several cells or models answer the same item)
+# --------------------------------------------------------------------------------------------
+
+
+def _cluster_codes(clusters: ArrayLike, n_pairs: int) -> tuple[NDArray[np.intp], int]:
+    keys = np.asarray(clusters)
+    if keys.ndim != 1 or keys.size != n_pairs:
+        raise CubeError(
+            f"clusters must name one item per pair: {n_pairs} pairs, {keys.size} clusters"
+        )
+    _, codes = np.unique(keys, return_inverse=True)
+    return codes, int(codes.max()) + 1
+
+
+@dataclass(frozen=True)
+class ClusteredMcNemarResult:
+    """McNemar's test with items as clusters: ``b``/``c`` as in :class:`McNemarResult`."""
+
+    b: int
+    c: int
+    n_clusters: int
+    statistic: float  # chi-square, 1 degree of freedom
+    p_value: float
+
+
+def clustered_mcnemar(
+    correct_a: ArrayLike, correct_b: ArrayLike, clusters: ArrayLike
+) -> ClusteredMcNemarResult:
+    """McNemar's test when pairs repeat an item (Durkalski et al. 2003, Stat Med 22:2417).
+
+    Pooling several cells or models pairs each item many times; the exact McNemar test then
+    counts one item's correlated outcomes as independent evidence, and repeating every pair k
+    times divides its p-value without limit. Here each item ``k`` contributes ``d_k`` = (pairs
+    only A gets right) - (pairs only B gets right) over all its cells, and the statistic
+    ``(sum d_k)^2 / sum d_k^2`` is referred to chi-square with 1 degree of freedom: the
+    item-stratified form of McNemar's, whose variance is estimated from the items themselves.
+    With one pair per item it is McNemar's chi-square ``(b - c)^2 / (b + c)``; repeating every
+    pair of an item k times leaves it unchanged. With no item tilted either way, p = 1.
+    """
+    a = _as_outcomes("correct_a", correct_a)
+    b = _as_outcomes("correct_b", correct_b)
+    _check_paired(a, b)
+    codes, n_clusters = _cluster_codes(clusters, a.size)
+    only_a, only_b = a & ~b, ~a & b
+    d = np.bincount(codes, weights=only_a.astype(np.int64) - only_b.astype(np.int64),
+                    minlength=n_clusters).astype(np.int64)
+    total, square = int(d.sum()), int((d * d).sum())
+    n_b, n_c = int(only_a.sum()), int(only_b.sum())
+    if square == 0:
+        return ClusteredMcNemarResult(n_b, n_c, n_clusters, 0.0, 1.0)
+    statistic = total * total / square
+    return ClusteredMcNemarResult(n_b, n_c, n_clusters, statistic, float(chdtrc(1, statistic)))
+
+
+@dataclass(frozen=True)
+class ClusteredDifference:
+    """``acc(A) - acc(B)`` over pairs, with an item-clustered bootstrap interval and p-value."""
+
+    delta: float
+    lo: float
+    hi: float
+    p_value: float
+    n_pairs: int
+    n_clusters: int
+
+
+def clustered_bootstrap_ci(
+    correct_a: ArrayLike,
+    correct_b: ArrayLike,
+    clusters: ArrayLike,
+    B: int = 10_000,
+    level: float = 0.95,
+    seed: int = 0,
+    chunk: int = 256,
+) -> ClusteredDifference:
+    """Accuracy difference of pairs that repeat items, resampling items with all their pairs.
+
+    :func:`paired_bootstrap_ci` resamples pairs, which is right when each item is one pair; when
+    cells or models share items, their pairs rise and fall together with the item, and
+    resampling them apart makes the interval too narrow by about the square root of the
+    repetition. Drawing items (every pair of a drawn item comes along, as often as it is drawn)
+    keeps that dependence. Each replicate is ``sum of d over drawn pairs / their number``.
+
+    The p-value is the centred bootstrap's two-sided one (Hall and Wilson 1991):
+    ``(1 + #{|delta* - delta| >= |delta|}) / (B + 1)``, the share of replicates that stray from
+    the estimate at least as far as the estimate is from 0. It is computed in integers, so ties
+    at the boundary count exactly. Items are drawn as rows of
+    ``rng.integers(0, K, size=(chunk, K))``, the same stream as one row per replicate, so
+    ``chunk`` changes memory (about ``chunk * K * 8`` bytes), never the result.
+    """
+    _check_level(level)
+    if B < 1:
+        raise CubeError(f"number of bootstrap replicates B must be >= 1, got {B!r}")
+    if chunk < 1:
+        raise CubeError(f"chunk must be >= 1, got {chunk!r}")
+    a = _as_outcomes("correct_a", correct_a)
+    b = _as_outcomes("correct_b", correct_b)
+    _check_paired(a, b)
+    codes, n_clusters = _cluster_codes(clusters, a.size)
+    d = a.astype(np.int64) - b.astype(np.int64)
+    sums = np.bincount(codes, weights=d, minlength=n_clusters).astype(np.int64)
+    sizes = np.bincount(codes, minlength=n_clusters).astype(np.int64)
+    total, n = int(d.sum()), a.size
+    rng = np.random.default_rng(seed)
+    deltas = np.empty(B, dtype=np.float64)
+    far = 0
+    for start in range(0, B, chunk):
+        reps = min(chunk, B - start)
+        idx = rng.integers(0, n_clusters, size=(reps, n_clusters))
+        idx += (np.arange(reps) * n_clusters)[:, None]
+        counts = np.bincount(idx.ravel(), minlength=reps * n_clusters).reshape(reps, n_clusters)
+        s, m = counts @ sums, counts @ sizes
+        deltas[start : start + reps] = s / m
+        # |s/m - total/n| >= |total/n|  <=>  |s*n - total*m| >= |total|*m  (m, n > 0)
+        far += int(np.count_nonzero(np.abs(s * n - total * m) >= abs(total) * m))
+    alpha = 1.0 - level
+    lo, hi = np.quantile(deltas, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return ClusteredDifference(total / n, float(lo), float(hi), (1 + far) / (B + 1), n, n_clusters)
 
 
 # --------------------------------------------------------------------------------------------
@@ -381,6 +502,45 @@ class NoiseFloor:
     samples: NDArray[np.float64]
 
 
+def _check_floor_args(B: int, chunk: int) -> None:
+    if B < 1:
+        raise CubeError(f"number of bootstrap replicates B must be >= 1, got {B!r}")
+    if chunk < 1:
+        raise CubeError(f"chunk must be >= 1, got {chunk!r}")
+
+
+def _floor_samples(
+    protocols: NDArray[np.bool_], B: int, seed: int, chunk: int, progress: bool
+) -> NDArray[np.float64]:
+    """Footrules between rankings on two resamples, ``(protocols, B)``, every protocol on the
+    same two resamples of each replicate (the draws do not depend on how many protocols)."""
+    n_protocols, n_models, n_items = protocols.shape
+    if n_models < 2:
+        raise CubeError(f"the noise floor needs at least 2 models, got {n_models}")
+    _check_floor_args(B, chunk)
+    rng = np.random.default_rng(seed)
+    per_item = [p.T.astype(np.float64) for p in protocols]  # (items, models) each
+    scale = _footrule_max(n_models)
+    samples = np.empty((n_protocols, B), dtype=np.float64)
+    with tqdm(total=B, desc="noise floor", unit="rep", disable=not progress) as bar:
+        for start in range(0, B, chunk):
+            reps = min(chunk, B - start)
+            idx = rng.integers(0, n_items, size=(2 * reps, n_items))
+            idx += (np.arange(2 * reps) * n_items)[:, None]
+            counts = np.bincount(idx.ravel(), minlength=2 * reps * n_items)
+            counts = counts.reshape(2 * reps, n_items).astype(np.float64)
+            for p, outcomes in enumerate(per_item):
+                ranks = average_ranks(counts @ outcomes)
+                moved = np.abs(ranks[0::2] - ranks[1::2]).sum(axis=1)
+                samples[p, start : start + reps] = moved / scale
+            bar.update(reps)
+    return samples
+
+
+def _floor(samples: NDArray[np.float64]) -> NoiseFloor:
+    return NoiseFloor(float(samples.mean()), float(np.quantile(samples, 0.95)), samples)
+
+
 def footrule_noise_floor(
     correct: ArrayLike,
     B: int = 1000,
@@ -400,29 +560,93 @@ def footrule_noise_floor(
     ``counts @ correct.T`` in float64, exact integers, so tied models tie exactly.
     """
     c = _as_outcomes("correct", correct, ndim=2)
-    n_models, n_items = c.shape
-    if n_models < 2:
-        raise CubeError(f"the noise floor needs at least 2 models, got {n_models}")
-    if B < 1:
-        raise CubeError(f"number of bootstrap replicates B must be >= 1, got {B!r}")
-    if chunk < 1:
-        raise CubeError(f"chunk must be >= 1, got {chunk!r}")
-    rng = np.random.default_rng(seed)
-    per_item = c.T.astype(np.float64)  # (items, models)
-    scale = _footrule_max(n_models)
-    samples = np.empty(B, dtype=np.float64)
-    with tqdm(total=B, desc="noise floor", unit="rep", disable=not progress) as bar:
-        for start in range(0, B, chunk):
-            reps = min(chunk, B - start)
-            idx = rng.integers(0, n_items, size=(2 * reps, n_items))
-            idx += (np.arange(2 * reps) * n_items)[:, None]
-            counts = np.bincount(idx.ravel(), minlength=2 * reps * n_items)
-            hits = counts.reshape(2 * reps, n_items).astype(np.float64) @ per_item
-            ranks = average_ranks(hits)
-            moved = np.abs(ranks[0::2] - ranks[1::2]).sum(axis=1)
-            samples[start : start + reps] = moved / scale
-            bar.update(reps)
-    return NoiseFloor(float(samples.mean()), float(np.quantile(samples, 0.95)), samples)
+    return _floor(_floor_samples(c[None], B, seed, chunk, progress)[0])
+
+
+@dataclass(frozen=True)
+class PairedNoiseFloor:
+    """Each protocol's floor on the same resamples, and the floor of the comparison."""
+
+    a: NoiseFloor
+    b: NoiseFloor
+    joint: NoiseFloor  # per replicate the larger of the two: what a verdict reads
+
+
+def paired_noise_floor(
+    correct_a: ArrayLike,
+    correct_b: ArrayLike,
+    B: int = 1000,
+    seed: int = 0,
+    chunk: int = 64,
+    progress: bool = False,
+) -> PairedNoiseFloor:
+    """The noise floor of a comparison of two protocols on the same items: paired and symmetric.
+
+    Each replicate draws its two item resamples once and ranks the models under *both*
+    protocols on them, so ``a`` and ``b`` are each exactly :func:`footrule_noise_floor` of its
+    protocol with this seed and differ only by the protocol, never by the draws. The floor a
+    verdict reads is ``joint``: per replicate the larger of the two footrules, i.e. how far the
+    ranking of whichever protocol is noisier moves when only the items change.
+
+    Why this floor. The paper's floor is within one protocol: the footrule between rankings on
+    two resamples of the items, the measure of "how much re-drawing the benchmark reorders the
+    leaderboard" that a protocol effect is expressed in multiples of. Taken from protocol A
+    alone it depends on which protocol is called A: a tie or near-tie under one protocol makes
+    its floor wide while the other's is narrow, and a footrule between the two can be beyond
+    one floor and within the other (on the archived records, full-width labels against
+    half-width ones). Either protocol's item noise could have produced the observed disagreement,
+    so the comparison is held to the noisier one, replicate by replicate on the same draws: the
+    verdict is the same whichever protocol is called A, and it is never beyond a floor that one
+    of the two protocols' own resampling reaches 5% of the time.
+
+    Why not the null of exchangeability (swap the two protocols' outcomes on a random half of
+    the items, then take the footrule between the swapped rankings). That tests whether the two
+    protocols are interchangeable item by item, which McNemar tests already answer; a protocol
+    that only moves one model's accuracy rejects it as soon as it breaks an exact tie, because
+    the swapped rankings share the tie's resolution and agree on every replicate (on the
+    archived records, generation's half-rank move, one exact tie resolved, gets the smallest
+    p-value the permutations allow). It does not measure
+    the item-sampling noise of a ranking, which is what the paper's multiples are in units of.
+
+    ``correct_a`` and ``correct_b`` are ``(models, items)`` over the same models and items in the
+    same order.
+    """
+    a = _as_outcomes("correct_a", correct_a, ndim=2)
+    b = _as_outcomes("correct_b", correct_b, ndim=2)
+    if a.shape != b.shape:
+        raise CubeError(
+            f"paired floors need the same models and items: correct_a is {a.shape}, "
+            f"correct_b is {b.shape}"
+        )
+    samples = _floor_samples(np.stack([a, b]), B, seed, chunk, progress)
+    return PairedNoiseFloor(_floor(samples[0]), _floor(samples[1]), _floor(samples.max(axis=0)))
+
+
+def footrule_normalisation(n_models: int) -> str:
+    """What a footrule of ``n_models`` is divided by, said beside every footrule shown: with few
+    models its attainable values are a handful of multiples of ``1 / floor(n^2 / 2)``."""
+    return f"n = {n_models} models, normalised by ⌊n²/2⌋ = {_footrule_max(n_models)}"
+
+
+def footrule_has_power(floor: NoiseFloor) -> bool:
+    """Whether any footrule could lie beyond the floor's 95th percentile.
+
+    The largest normalised footrule is 1 (a reversal) for every n. Between two random rankings
+    it is reached 1/2 of the time with 3 models, 1/6 with 4 or 5, 1/20 with 6 or 7, so when
+    the models are close the floor's p95 is 1 and no protocol, however disruptive, can be
+    beyond it: "not beyond the floor" then says nothing about the protocol.
+    """
+    return floor.p95 < 1.0
+
+
+def footrule_verdict(observed: float, floor: NoiseFloor, n_models: int) -> str:
+    """The one-line reading of a footrule against its floor, with the no-power case named."""
+    if not footrule_has_power(floor):
+        return (f"no power at n = {n_models}: the floor's 95th percentile is the largest "
+                f"footrule {n_models} models can reach")
+    if observed > floor.p95:
+        return "beyond the floor's 95th percentile"
+    return "within the floor"
 
 
 def footrule_multiple(observed: float, floor: NoiseFloor) -> tuple[float, float]:

@@ -64,6 +64,26 @@ def test_select_cells_keeps_exactly_the_named_cells():
     assert select_cells(table(recs), []).num_rows == 0
 
 
+def test_scorer_gap_clusters_the_pairs_by_item_when_cells_share_items():
+    # five models answer the same 40 items alike: 200 pairs but 40 independent items
+    a, b = outcomes(3, 40)
+    recs = []
+    for model in ("m1", "m2", "m3", "m4", "m5"):
+        for row in range(40):
+            recs.append(rec(model, "L4_circled", "M1-strict", row, a[row]))
+            recs.append(rec(model, "L4_circled", "M1-seq", row, b[row]))
+    cells = [(m, "L4_circled", "zh_cue") for m in ("m1", "m2", "m3", "m4", "m5")]
+    gap = scorer_gap(table(recs), cells, B=2000, seed=1)
+    once = scorer_gap(table(recs[:80]), cells[:1], B=2000, seed=1)  # one model: one pair per item
+    assert (gap.n, gap.n_items, gap.clustered_mcnemar.n_clusters) == (200, 40, 40)
+    assert gap.mcnemar.p_value < once.mcnemar.p_value / 30  # the pooled test counts 200 pairs
+    assert gap.clustered_mcnemar.p_value == pytest.approx(once.clustered_mcnemar.p_value, rel=1e-12)
+    assert gap.clustered_gain.delta == pytest.approx(gap.gain)
+    assert (gap.clustered_gain.lo, gap.clustered_gain.hi) == pytest.approx(
+        (once.clustered_gain.lo, once.clustered_gain.hi), abs=1e-12)
+    assert gap.clustered_gain.hi - gap.clustered_gain.lo > 2 * (gap.gain_hi - gap.gain_lo)
+
+
 def test_scorer_gap_without_a_pair_names_the_scorers():
     recs = [rec("m1", "L2_fullwidth", "M1-strict", 0, True)]
     with pytest.raises(ConfigError, match="both a M1-strict and a M1-seq"):

@@ -89,8 +89,10 @@ def test_recovery_is_judged_cell_by_cell():
 
 def shift(observed, p95, n=4):
     floor = NoiseFloor(p95 / 2, p95, np.array([0.0, p95]))
+    own = NoiseFloor(p95 / 4, p95 / 2, np.array([0.0, p95 / 2]))
     return SimpleNamespace(models=[f"m{i}" for i in range(n)], n_items=600, observed=observed, floor=floor,
-                           multiple_of_mean=observed / floor.mean, multiple_of_p95=observed / p95)
+                           floor_a=own, floor_b=own, multiple_of_mean=observed / floor.mean,
+                           multiple_of_p95=observed / p95)
 
 
 def test_a_footrule_inside_a_floor_wider_than_the_papers_effect_has_no_power():
@@ -100,6 +102,15 @@ def test_a_footrule_inside_a_floor_wider_than_the_papers_effect_has_no_power():
     assert weak.holds is None and weak.why.startswith("no power with 4 models")
     assert "n = 4 models" in weak.value and "⌊n²/2⌋" in weak.value
     assert P.footrule_row(result, shift(0.1, 0.3), "M6-strict").holds is False  # the floor would have shown it
+
+
+def test_a_floor_at_the_largest_attainable_footrule_is_no_power_not_within_the_floor():
+    result = PAPER.result("footrule_lenient")  # 0.167: below the floor's p95, so not the other no-power case
+    row = P.footrule_row(result, shift(0.125, 1.0, n=3), "M6-lenient")
+    assert row.holds is None
+    assert row.why == "no power with 3 models: the floor's p95 1.000 is the largest footrule 3 models can reach"
+    assert "n = 3 models, normalised by ⌊n²/2⌋ = 4" in row.value
+    assert "each protocol's own p95: 0.500 and 0.500" in row.value
 
 
 def test_the_closed_forms_against_the_papers_values():

@@ -15,12 +15,18 @@ from cube.stats import (
     NoiseFloor,
     accuracy_ci,
     average_ranks,
+    clustered_bootstrap_ci,
+    clustered_mcnemar,
     expected_calibration_error,
     footrule,
+    footrule_has_power,
     footrule_multiple,
     footrule_noise_floor,
+    footrule_normalisation,
+    footrule_verdict,
     mcnemar_exact,
     paired_bootstrap_ci,
+    paired_noise_floor,
     reliability_table,
     wilson_interval,
 )
@@ -414,3 +420,173 @@ def test_wilson_interval_contains_the_boundary_proportion_exactly(k, n):
     acc, lo, hi = accuracy_ci(np.array([True] * k + [False] * (n - k)))
     assert lo <= acc <= hi
     assert (lo == 0.0) if k == 0 else (hi == 1.0)
+
+
+# ---------------------------------------------------------------- paired noise floor and power
+
+
+def test_paired_floor_scores_both_protocols_on_the_same_draws() -> None:
+    correct_a = latent_ability_outcomes([0.0, 0.1, 0.1, 0.3], n_items=60, seed=4)
+    correct_a[3] = correct_a[2]  # an exact tie under A: a wide floor
+    correct_b = latent_ability_outcomes([-2.0, 0.0, 1.0, 2.5], n_items=60, seed=5)  # separated
+    paired = paired_noise_floor(correct_a, correct_b, B=50, seed=13, chunk=7)
+    # the naive loop draws two index vectors per replicate whatever the protocol: the same draws
+    ref_a, ref_b = naive_noise_floor(correct_a, 50, 13), naive_noise_floor(correct_b, 50, 13)
+    np.testing.assert_allclose(paired.a.samples, ref_a, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(paired.b.samples, ref_b, rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(paired.joint.samples, np.maximum(ref_a, ref_b))
+    assert paired.joint.p95 == pytest.approx(np.quantile(np.maximum(ref_a, ref_b), 0.95), abs=1e-15)
+    assert paired.a.p95 > paired.b.p95  # the two protocols' floors differ, so A's alone is not neutral
+    swapped = paired_noise_floor(correct_b, correct_a, B=50, seed=13)
+    np.testing.assert_array_equal(swapped.joint.samples, paired.joint.samples)  # symmetric in A and B
+
+
+def test_paired_floor_rejects_protocols_on_different_items() -> None:
+    with pytest.raises(CubeError, match=r"correct_a is \(3, 10\), correct_b is \(3, 9\)"):
+        paired_noise_floor(np.ones((3, 10), bool), np.ones((3, 9), bool))
+
+
+def brute_force_footrules(n: int) -> np.ndarray:
+    """Every normalised footrule between the identity and a permutation of n models."""
+    import itertools
+
+    ident = np.arange(n)
+    return np.array([np.abs(np.array(p) - ident).sum() for p in itertools.permutations(ident)]) / (n * n // 2)
+
+
+@pytest.mark.parametrize("n, share_at_max", [(2, 1 / 2), (3, 1 / 2), (4, 1 / 6), (5, 1 / 6), (6, 1 / 20), (8, 0.0)])
+def test_few_models_put_more_than_5_percent_of_random_rankings_at_the_largest_footrule(n, share_at_max):
+    # why few models have no power: exchangeable models rank at random, and the reversal (the
+    # largest footrule, 1 after normalisation) is at least 5% of the permutations of up to 7
+    moved = brute_force_footrules(n)
+    assert moved.max() == 1.0
+    if share_at_max:
+        assert np.mean(moved == 1.0) == pytest.approx(share_at_max)
+    else:
+        assert np.mean(moved == 1.0) < 0.05
+
+
+@pytest.mark.parametrize("n_models", [3, 4])
+def test_a_floor_whose_p95_is_the_largest_footrule_leaves_no_power(n_models: int) -> None:
+    exchangeable = latent_ability_outcomes([0.0] * n_models, n_items=2000, seed=1)
+    floor = footrule_noise_floor(exchangeable, B=400, seed=0)
+    assert floor.p95 == 1.0 and not footrule_has_power(floor)
+    text = footrule_verdict(1.0, floor, n_models)
+    assert text.startswith(f"no power at n = {n_models}") and "not beyond" not in text
+    separated = latent_ability_outcomes([-3.0, 0.0, 3.0, 6.0][:n_models], n_items=2000, seed=0)
+    tight = footrule_noise_floor(separated, B=100)
+    assert footrule_has_power(tight)
+    assert footrule_verdict(0.5, tight, n_models) == "beyond the floor's 95th percentile"
+    assert footrule_verdict(0.0, tight, n_models) == "within the floor"
+
+
+def test_footrule_normalisation_names_n_and_the_divisor() -> None:
+    assert footrule_normalisation(4) == "n = 4 models, normalised by ⌊n²/2⌋ = 8"
+    assert footrule_normalisation(5) == "n = 5 models, normalised by ⌊n²/2⌋ = 12"
+    assert all(brute_force_footrules(n).max() * (n * n // 2) == n * n // 2 for n in (2, 3, 4, 5, 6))
+
+
+# ---------------------------------------------------------------- pairs that repeat an item
+
+
+def clustered_pairs(n_items: int, per_item: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs from ``per_item`` cells that share each item's difficulty (as cells of one item do)."""
+    rng = np.random.default_rng(seed)
+    easy = rng.random(n_items) < 0.5
+    a = rng.random((n_items, per_item)) < np.where(easy, 0.7, 0.2)[:, None]
+    b = rng.random((n_items, per_item)) < np.where(easy, 0.85, 0.25)[:, None]
+    items = np.repeat(np.arange(n_items), per_item)
+    return a.ravel(), b.ravel(), np.array([f"cmmlu/x/test/{i}" for i in items])
+
+
+def naive_clustered_mcnemar(a, b, clusters):
+    d = {}
+    for x, y, k in zip(a, b, clusters):
+        d[k] = d.get(k, 0) + int(x and not y) - int(y and not x)
+    total, square = sum(d.values()), sum(v * v for v in d.values())
+    return total * total / square
+
+
+def test_clustered_mcnemar_with_one_pair_per_item_is_mcnemars_chi_square() -> None:
+    a, b = paired_outcomes(400, 0.55, 0.45, seed=8)
+    got = clustered_mcnemar(a, b, np.arange(400))
+    n_b, n_c = int((a & ~b).sum()), int((~a & b).sum())
+    chi2 = (n_b - n_c) ** 2 / (n_b + n_c)
+    assert (got.b, got.c, got.n_clusters) == (n_b, n_c, 400)
+    assert got.statistic == pytest.approx(chi2, rel=1e-12)
+    assert got.p_value == pytest.approx(sps.chi2.sf(chi2, df=1), rel=1e-12)
+
+
+def test_clustered_mcnemar_matches_a_loop_over_items() -> None:
+    a, b, items = clustered_pairs(120, 5, seed=2)
+    got = clustered_mcnemar(a, b, items)
+    assert got.statistic == pytest.approx(naive_clustered_mcnemar(a, b, items), rel=1e-12)
+    assert got.n_clusters == 120
+
+
+def test_repeating_every_pair_shrinks_the_pooled_p_but_not_the_clustered_one() -> None:
+    a, b = paired_outcomes(300, 0.5, 0.43, seed=11)
+    items = np.arange(300)
+    k = 5
+    a_k, b_k, items_k = np.repeat(a, k), np.repeat(b, k), np.repeat(items, k)
+    assert mcnemar_exact(a_k, b_k).p_value < mcnemar_exact(a, b).p_value / 100
+    once, repeated = clustered_mcnemar(a, b, items), clustered_mcnemar(a_k, b_k, items_k)
+    assert repeated.statistic == pytest.approx(once.statistic, rel=1e-12)
+    assert repeated.p_value == pytest.approx(once.p_value, rel=1e-12)
+    boot_once = clustered_bootstrap_ci(a, b, items, B=2000, seed=4)
+    boot_rep = clustered_bootstrap_ci(a_k, b_k, items_k, B=2000, seed=4)
+    assert (boot_rep.lo, boot_rep.hi, boot_rep.p_value) == pytest.approx(
+        (boot_once.lo, boot_once.hi, boot_once.p_value), abs=1e-12)
+    _, naive_lo, naive_hi = paired_bootstrap_ci(a_k, b_k, B=2000, seed=4)
+    assert boot_rep.hi - boot_rep.lo > 2 * (naive_hi - naive_lo)  # about sqrt(5) wider
+
+
+def test_clustered_mcnemar_without_discordant_evidence_is_p_1() -> None:
+    same = clustered_mcnemar([True, False, True], [True, False, True], ["x", "y", "z"])
+    assert (same.b, same.c, same.p_value) == (0, 0, 1.0)
+    balanced = clustered_mcnemar([True, False], [False, True], ["x", "x"])  # one item, +1 and -1
+    assert balanced.p_value == 1.0
+
+
+def naive_clustered_bootstrap(a, b, clusters, B, level, seed):
+    keys = sorted(set(clusters))
+    members = {k: np.flatnonzero(clusters == k) for k in keys}
+    rng = np.random.default_rng(seed)
+    deltas = []
+    for _ in range(B):
+        drawn = np.concatenate([members[keys[i]] for i in rng.integers(0, len(keys), len(keys))])
+        deltas.append(a[drawn].mean() - b[drawn].mean())
+    alpha = 1 - level
+    return np.quantile(deltas, [alpha / 2, 1 - alpha / 2]), np.array(deltas)
+
+
+@pytest.mark.parametrize("chunk", [1, 13, 256])
+def test_clustered_bootstrap_agrees_with_resampling_items_by_hand(chunk: int) -> None:
+    a, b, items = clustered_pairs(40, 3, seed=6)
+    items[:9] = items[0]  # clusters of unequal size
+    got = clustered_bootstrap_ci(a, b, items, B=300, level=0.9, seed=21, chunk=chunk)
+    (lo, hi), deltas = naive_clustered_bootstrap(a, b, items, 300, 0.9, 21)
+    assert (got.lo, got.hi) == pytest.approx((lo, hi), abs=1e-12)
+    delta = a.mean() - b.mean()
+    assert got.delta == pytest.approx(delta, abs=1e-15)
+    p = (1 + np.sum(np.abs(deltas - delta) >= abs(delta) - 1e-12)) / 301
+    assert got.p_value == pytest.approx(p, abs=1e-12)
+    assert (got.n_pairs, got.n_clusters) == (120, 38)
+
+
+def test_clustered_bootstrap_spread_matches_the_cluster_robust_standard_error() -> None:
+    a, b, items = clustered_pairs(300, 4, seed=9)
+    got = clustered_bootstrap_ci(a, b, items, B=20_000, seed=1)
+    d = a.astype(float) - b.astype(float)
+    delta = d.mean()
+    sums = np.array([(d[items == k] - delta).sum() for k in np.unique(items)])
+    se = np.sqrt((sums ** 2).sum()) / d.size  # linearised (sandwich) standard error of a ratio
+    z = sps.norm.ppf(0.975)
+    assert (got.hi - got.lo) / (2 * z) == pytest.approx(se, rel=0.05)
+
+
+def test_clustered_statistics_reject_misaligned_clusters() -> None:
+    with pytest.raises(CubeError, match="clusters must name one item per pair: 3 pairs, 2 clusters"):
+        clustered_mcnemar([True, False, True], [True, True, True], ["x", "y"])
+    with pytest.raises(CubeError, match="clusters must name one item per pair"):
+        clustered_bootstrap_ci([True, False], [True, True], ["x"])
