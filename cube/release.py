@@ -32,7 +32,7 @@ import sys
 import tarfile
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +47,7 @@ from cube.checksums import sha256_file
 from cube.provenance import RUNLOG_NAME  # the harness's per-model run log: versions, timings
 from cube.errors import CubeError, RecordsError
 from cube.items import Item
-from cube.schema import FREE_TEXT_COLUMNS, SCHEMA_VERSION
-from cube.schema import ID_COLUMNS as SCHEMA_ID_COLUMNS
+from cube.schema import FREE_TEXT_COLUMNS, SCHEMA_VERSION, SCORER_NAMES
 
 BUNDLE_SCHEMA = "cube.release/1"
 RECORDS_DIR = "records"
@@ -66,11 +65,24 @@ BENCHMARK_LICENCES = {
               "source": "https://github.com/hkust-nlp/ceval"},
 }
 
-# String columns that identify a record rather than carry model output: the leakage audit skips
-# them. Every other string column is free text; scanning an identifier costs only time, skipping
-# text would hide a leak. Beyond the schema's own, names other record writers use.
-ID_COLUMNS = frozenset(SCHEMA_ID_COLUMNS) | {"benchmark", "split", "protocol", "template", "backend"}
+# The leakage audit scans EVERY string and binary column, identifiers included: a writer (or an
+# adversary) can put text in any of them, and tie_groups once carried planted text through audit,
+# build and verify. Identifiers cost little: each batch audits a column's distinct values once.
 _BATCH_ROWS = 65_536
+# Identifier columns and the one form each may take. A value of another form is an error (text
+# hidden where nobody scrubs, as tie_groups once allowed); a value of its form is still scanned,
+# but only for question spans, near copies and options of NEAR_MIN_CHARS or more, because hex
+# digits and model names share short options ("1949", "135m") by chance. tie_groups: groups of two
+# or more option positions joined by "=", groups joined by ";", "" for no tie (cube.runner writes
+# it, cube.confirm parses it).
+_NAME = r"^[A-Za-z0-9._+-]{1,64}$"
+ID_FORMS = {
+    "tie_groups": r"^(?:[0-9]{1,3}(?:=[0-9]{1,3})+(?:;[0-9]{1,3}(?:=[0-9]{1,3})+)*)?$",
+    "qhash": r"^[0-9a-f]{16}$",
+    "scorer": "^(?:" + "|".join(re.escape(name) for name in SCORER_NAMES) + ")$",
+    "uid": r"^[a-z0-9_-]{1,32}/[A-Za-z0-9_-]{1,64}/[a-z]{1,16}/[0-9]{1,9}$",
+    **{name: _NAME for name in ("model", "benchmark", "subject", "label_set", "context", "order")},
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -142,34 +154,59 @@ def scrub_records(
 
 
 def _is_string(type_: pa.DataType) -> bool:
+    """A string or binary type: binary can carry text as well (the audit reads it as UTF-8)."""
     if pa.types.is_dictionary(type_):
         type_ = type_.value_type
-    return pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_)
+    return any(check(type_) for check in (
+        pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view, pa.types.is_binary,
+        pa.types.is_large_binary, pa.types.is_binary_view, pa.types.is_fixed_size_binary))
 
 
 def _holds_strings(type_: pa.DataType) -> bool:
-    """Whether a nested type (list, struct, map) has a string anywhere inside."""
+    """Whether a nested type (list, struct, map) has a string or binary anywhere inside."""
     if _is_string(type_):
         return True
     return any(_holds_strings(type_.field(k).type) for k in range(getattr(type_, "num_fields", 0)))
 
 
 def text_columns(schema: pa.Schema, where: str) -> list[str]:
-    """The free-text columns the audit scans; refuses text the audit could not see."""
+    """Every string and binary column, which the audit scans; refuses text it could not see."""
     if "uid" not in schema.names:
         raise CubeError(f"{where} has no 'uid' column to name the records by")
     columns = []
     for field_ in schema:
-        if field_.name in ID_COLUMNS:
-            continue
         if _is_string(field_.type):
             columns.append(field_.name)
         elif _holds_strings(field_.type):
             raise CubeError(
                 f"{where} column {field_.name!r} is {field_.type}: the audit scans top-level "
-                "string columns only; store that text as one string column per field"
+                "string and binary columns only; store that text as one string column per field"
             )
     return columns
+
+
+def check_id_forms(batch: pa.RecordBatch | pa.Table, where: str, first_row: int = 0) -> None:
+    """Refuse an identifier (``ID_FORMS``) that is not of its form, e.g. text in tie_groups.
+
+    The message gives the row and the length, never the value, which may quote an item.
+    """
+    for name, form in ID_FORMS.items():
+        if name not in batch.schema.names:
+            continue
+        column = batch.column(name)
+        if pa.types.is_dictionary(column.type):
+            column = column.cast(column.type.value_type)
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            raise RecordsError(f"{where}: column {name} is {column.type}, not a string column")
+        valid = pc.fill_null(pc.match_substring_regex(column, form), True)
+        bad = np.flatnonzero(~valid.to_numpy(zero_copy_only=False).astype(bool))
+        if bad.size:
+            row = int(bad[0])
+            raise RecordsError(
+                f"{where}: column {name}, row {first_row + row}: a {len(column[row].as_py())}-"
+                f"character value not of the form {form} ({bad.size} such rows in this batch; "
+                "the value is not shown, it may quote an item)"
+            )
 
 
 def parquet_files(records: Path) -> list[Path]:
@@ -206,15 +243,17 @@ class RowHit:
 
 
 def audit_parquet(
-    parquet: pq.ParquetFile, columns: Sequence[str], index: leakage.LeakageIndex
+    parquet: pq.ParquetFile, columns: Sequence[str], index: leakage.LeakageIndex,
+    where: str = "Parquet file",
 ) -> Iterator[RowHit]:
     """Every hit in one file, read in row batches so that a large file never sits in memory."""
     if not columns:
         return
     first_row = 0
+    read = list(dict.fromkeys(["uid", *columns]))
     with tqdm(total=parquet.metadata.num_rows, unit="rec", desc="audit", disable=None) as progress:
-        for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=["uid", *columns]):
-            yield from _audit_batch(batch, columns, index, first_row)
+        for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=read):
+            yield from _audit_batch(batch, columns, index, first_row, where)
             first_row += batch.num_rows
             progress.update(batch.num_rows)
 
@@ -224,20 +263,43 @@ def audit_table(table: pa.Table, index: leakage.LeakageIndex) -> list[RowHit]:
     columns = text_columns(table.schema, "records")
     hits: list[RowHit] = []
     first_row = 0
-    for batch in table.select(["uid", *columns]).to_batches(max_chunksize=_BATCH_ROWS):
-        hits += _audit_batch(batch, columns, index, first_row)
+    for batch in table.select(columns).to_batches(max_chunksize=_BATCH_ROWS):
+        hits += _audit_batch(batch, columns, index, first_row, "records")
         first_row += batch.num_rows
     return hits
 
 
-def _audit_batch(batch: pa.RecordBatch, columns: Sequence[str], index, first_row: int) -> list[RowHit]:
+def _audit_batch(
+    batch: pa.RecordBatch, columns: Sequence[str], index, first_row: int, where: str
+) -> list[RowHit]:
+    """Audit each column's distinct values once and report every row holding a leaking one."""
+    check_id_forms(batch, where, first_row)
     uids = batch.column("uid").to_pylist()
     hits = []
-    for column in columns:
-        texts = ["" if t is None else t for t in batch.column(column).to_pylist()]
-        for hit in leakage.audit_texts(texts, index):
-            hits.append(RowHit(first_row + hit.text, uids[hit.text], column, hit))
-    return hits
+    for floor, group in ((index.near_min_chars, [c for c in columns if c in ID_FORMS]),
+                         (0, [c for c in columns if c not in ID_FORMS])):
+        texts, owner = [], []  # one audit call per group: the distinct values of its columns
+        for column in group:
+            values = batch.column(column)
+            if pa.types.is_dictionary(values.type):
+                values = values.cast(values.type.value_type)
+            encoded = pc.dictionary_encode(values)
+            rows_of = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+            distinct = encoded.dictionary.to_pylist()
+            owner += [(column, rows_of, k) for k in range(len(distinct))]
+            texts += [_as_text(v) for v in distinct]
+        for hit in leakage.audit_texts(texts, index, min_phrase_chars=floor):
+            column, rows_of, k = owner[hit.text]
+            for row in np.flatnonzero(rows_of == k).tolist():
+                hits.append(RowHit(first_row + row, uids[row], column, replace(hit, text=row)))
+    return sorted(hits, key=lambda h: (h.row, h.column, h.hit.offset))
+
+
+def _as_text(value: str | bytes | None) -> str:
+    """A binary value is read as UTF-8; bytes that are not become U+FFFD, which matches nothing."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else value
 
 
 def describe_hit(hit: RowHit) -> str:
@@ -792,7 +854,7 @@ def _verify_folder(root: Path, items: Sequence[Item] | None, index) -> VerifyRep
     report.n_items_audited = index.n_items
     for path in parquet_files(root / RECORDS_DIR):
         parquet, columns = open_parquet(path)
-        for hit in audit_parquet(parquet, columns, index):
+        for hit in audit_parquet(parquet, columns, index, str(path)):
             report.problems.append(f"{path}:{hit.row}: leak {describe_hit(hit)}")
     return report
 

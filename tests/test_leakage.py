@@ -132,16 +132,17 @@ def kept_range(text: str) -> tuple[int, int]:
 
 
 def naive_normal_form(text: str) -> tuple[str, list[int]]:
-    """The reference: one character at a time, straight from unicodedata."""
+    """The reference: one character at a time, straight from unicodedata and OpenCC's table."""
+    folds = leakage._traditional_to_simplified()
     chars, offsets = [], []
     for i, char in enumerate(text):
         for part in unicodedata.normalize("NFKD", char):
             category = unicodedata.category(part)
-            if part.isspace() or category[0] in "PZ" or category in ("Cc", "Cf"):
+            if part.isspace() or category[0] in "PZ" or category in ("Cc", "Cf") or part == "$":
                 continue
             if unicodedata.combining(part):
                 continue
-            chars.append(part)
+            chars.append(folds.get(part, part))
             offsets.append(i)
     return "".join(chars), offsets
 
@@ -456,3 +457,167 @@ def test_scrub_with_the_index_also_removes_another_items_text_and_then_passes_th
     assert result.n_other_item_spans == result.n_removed_spans == 2, result
     assert result.text.startswith("我认为") and result.text.count(MARKER) == 2
     assert audit_texts([result.text], index) == []
+
+
+# --- near copies, markup, traditional characters (issue 11, point 9) -----------------------------
+
+
+def unique_countable_options(items, index, low: int, high: int):
+    """(item, option) whose normal form is countable, ``low`` to ``high`` characters long, and in
+    one item only, so that a hit can name it."""
+    counts = Counter(normal(o) for item in items for o in {x for x in item.options})
+    countable = set(index.option_normal)
+    for item in items:
+        for option in item.options:
+            norm = normal(option)
+            if low <= len(norm) < high and norm in countable and counts[norm] == 1:
+                yield item, option.strip()
+
+
+def change_one_character(text: str) -> str:
+    """The middle kept character replaced by another of its kind (a digit by a digit)."""
+    source = normalize_for_match(text)[1]
+    at = int(source[len(source) // 2])
+    old = text[at]
+    new = str((int(old) + 1) % 10) if old.isdigit() else ("乙" if old != "乙" else "丙")
+    return text[:at] + new + text[at + 1 :]
+
+
+def test_a_near_copy_of_an_option_with_one_character_changed_is_caught(items, index, by_uid, sep):
+    item, option = next(unique_countable_options(items, index, 14, 40))
+    near = change_one_character(option)
+    assert normal(near) != normal(option) and not contains_phrase(index, near)
+    prefix = "答案" + sep
+    hits = audit_texts([prefix + near + sep + "完"], index)
+    first, end = kept_range(near)
+    assert [(h.kind, h.item_uid, h.offset, h.n_chars) for h in hits] == [
+        ("near-option", item.uid, len(prefix) + first, end - first)], hits
+
+
+def test_a_near_copy_of_a_question_window_is_caught_but_not_an_unrelated_text(items, index, sep):
+    item, span = next((i, s) for i, s in question_spans(items, 24) if not contains_phrase(index, s))
+    near = change_one_character(span)
+    hits = audit_texts(["ok" + sep + near + sep], index)
+    assert hits and {h.kind for h in hits} <= {"question", "near-question"}, hits
+    assert any(h.kind == "near-question" for h in hits) or len(hits) == 1, hits
+
+
+def traditional(text: str) -> str:
+    from opencc import OpenCC
+
+    return OpenCC("s2t").convert(text)
+
+
+def test_a_question_span_in_traditional_characters_is_caught(items, index, sep):
+    item, span = pick_span(items, 30, lambda s: sum(a != b for a, b in zip(s, traditional(s))) >= 3)
+    leak = traditional(span)
+    prefix = "ok" + sep
+    hits = audit_texts([prefix + leak + sep], index)
+    first, end = kept_range(leak)
+    assert [(h.kind, h.offset, h.n_chars) for h in hits] == [
+        ("question", len(prefix) + first, end - first)], hits
+
+
+def html_disguise(text: str) -> str:
+    """Every third character as a numeric entity (decimal, then hex), ``&nbsp;`` and ``<br>``."""
+    out = []
+    for k, char in enumerate(text):
+        if k % 3 == 1:
+            out.append(f"&#{ord(char)};" if k % 2 else f"&#x{ord(char):x};")
+        else:
+            out.append(char)
+        if k % 5 == 4 and k < len(text) - 1:
+            out.append("&nbsp;" if k % 10 == 4 else "<br/>")
+    return "".join(out)
+
+
+def test_html_entities_nbsp_and_br_are_seen_through_and_cut_whole(items, index, sep):
+    item, span = pick_span(items, 30, lambda s: not contains_phrase(index, s))
+    leak = html_disguise(span)
+    assert leak.endswith(";") or leak.endswith(">") or leak[-1] == span[-1]
+    prefix = "ok" + sep
+    hits = audit_texts([prefix + leak + sep], index)
+    assert [(h.kind, h.offset) for h in hits] == [("question", len(prefix))], hits
+    scrubbed = scrub(prefix + leak + sep, item.question, item.options)
+    assert scrubbed.text == prefix + MARKER + sep, "the scrub left part of an entity or tag behind"
+
+
+def test_latex_spacing_and_a_fraction_written_with_a_slash_are_seen_through(items, index, by_uid, sep):
+    import re
+
+    frac = re.compile(r"\\frac\{([^{}]+)\}\{([^{}]+)\}")
+    item, option = next((i, o) for i, o in unique_countable_options(items, index, 6, 60)
+                        if frac.search(o))
+    leak = frac.sub(lambda m: f"{m.group(1)}/{m.group(2)}", option)
+    leak = leak[: len(leak) // 2] + r"\quad " + leak[len(leak) // 2 :]
+    hits = audit_texts(["ok" + sep + leak + sep, "ok" + sep + full_width(leak) + sep], index)
+    assert [(h.text, h.kind, h.item_uid) for h in hits] == [
+        (0, "option", item.uid), (1, "option", item.uid)], hits  # full-width markup too
+    spaced = r"\quad".join(pick_span(items, 24, lambda s: not contains_phrase(index, s))[1])
+    assert [h.kind for h in audit_texts(["ok" + sep + spaced.replace("\\quad", "\\,\\;\\quad ", 3)
+                                         + sep], index)] == ["question"]
+
+
+def test_the_scrub_removes_near_traditional_and_markup_copies_of_the_own_item(items, index, sep):
+    item, option = next(unique_countable_options(items, index, 14, 40))
+    norm, source = normalize_for_match(item.question)
+    if len(norm) < 30:
+        item = next(i for i, _ in unique_countable_options(items, index, 14, 40)
+                    if len(normal(i.question)) >= 30)
+        option = next(o.strip() for o in item.options if 14 <= len(normal(o)) < 40)
+        norm, source = normalize_for_match(item.question)
+    span = item.question[source[0] : source[24] + 1]
+    pieces = [change_one_character(option), traditional(span), html_disguise(span)]
+    text = sep.join(["开始", *pieces, "结束"])
+    result = scrub(text, item.question, item.options)
+    assert result.text == sep.join(["开始", MARKER, MARKER, MARKER, "结束"]), result.n_removed_spans
+    assert audit_texts([result.text], build_index([item])) == []
+
+
+MODEL_LIKE = [
+    "让我们一步一步地思考这个问题。首先，3 + 4 = 7，然后 7 × 2 = 14，所以结果是 14。答案是 B。",
+    "根据题意，设 x = 2，则 2x + 1 = 5。因此正确的选项是 C。",
+    "我认为这道题考查的是基本概念。选项 A 不对，选项 B 也不对，所以选择 D。",
+    "The answer is A because 12 - 5 = 7 and 7 is odd. 答案：A",
+    "经过计算，概率为 0.25，即 25%。综上所述，本题选 A。",
+    "这个问题需要结合背景来分析，第 2 步和第 3 步都不难。答案是 C。",
+]
+
+
+def test_a_clean_model_like_generation_is_not_flagged(index):
+    texts = MODEL_LIKE + [" ".join(MODEL_LIKE), "\n".join(t.replace("。", "<br>") for t in MODEL_LIKE)]
+    assert audit_texts(texts, index) == []
+
+
+def edit_distance(a: str, b: str) -> int:
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1]
+
+
+def test_the_bounded_edit_distance_agrees_with_the_textbook_one():
+    rng = np.random.default_rng(3)
+    for _ in range(2000):
+        pattern = "".join(rng.choice(list("abc"), int(rng.integers(1, 16))))
+        text = "".join(rng.choice(list("abc"), int(rng.integers(0, 20))))
+        limit = int(rng.integers(0, 4))
+        want = None
+        for end in range(1, len(text) + 1):
+            d = edit_distance(pattern, text[:end])
+            if text[end - 1] == pattern[-1] and d <= limit and (want is None or d <= want[1]):
+                want = (end, d)
+        assert leakage._anchored_distance(pattern, text, limit) == want, (pattern, text, limit)
+
+
+def test_every_question_in_traditional_characters_has_the_normal_form_of_the_original(items):
+    """OpenCC's own simplified -> traditional conversion (phrase rules included) is undone by the
+    per-character fold for all but a few questions (phrase-only variants)."""
+    sample = items[::10]
+    differ = sum(normal(traditional(i.question)) != normal(i.question) for i in sample)
+    changed = sum(traditional(i.question) != i.question for i in sample)
+    assert changed > len(sample) // 2, changed
+    assert differ <= len(sample) // 200, (differ, len(sample))

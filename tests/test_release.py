@@ -426,3 +426,77 @@ def test_verify_refuses_what_is_not_a_bundle(tmp_path):
     (tmp_path / "broken.tar.gz").write_bytes(b"\x1f\x8b not really gzip")
     with pytest.raises(CubeError, match="not a readable .tar.gz"):
         release.verify_bundle(tmp_path / "broken.tar.gz")
+
+
+# ---------------------------------------------------------------------------- every column (issue 11.9)
+
+
+def test_text_planted_in_tie_groups_refuses_audit_build_and_verify(bench, tmp_path):
+    """tie_groups is not scrubbed: any value that is not tie groups is refused, never shipped."""
+    own = bench.own
+    records = make_store(tmp_path / "records", bench, Quiet([None, None, None]))
+    shipped = read_records(records)
+    planted = [question_span(own[1], 30) if g == "0=1=2=3" else g
+               for g in shipped.column("tie_groups").to_pylist()]
+    forged = shipped.set_column(shipped.column_names.index("tie_groups"), "tie_groups",
+                                pa.array(planted, type=pa.string()))
+    shutil.rmtree(records)
+    write_records(records, forged)
+    for run in (lambda: release.audit_table(read_records(records), bench.index),
+                lambda: release.build_bundle(records, tmp_path / "out" / "bundle", bench.items,
+                                             PREDICTION, index=bench.index)):
+        with pytest.raises(RecordsError) as caught:
+            run()
+        message = str(caught.value)
+        assert "column tie_groups, row" in message and "\n" not in message
+        assert normal(question_span(own[1], 12)) not in normal(message), "the error leaks the text"
+    assert leftovers(tmp_path / "out") == []
+    parquet, columns = release.open_parquet(next(records.rglob("*.parquet")))
+    assert "tie_groups" in columns
+    with pytest.raises(RecordsError):
+        list(release.audit_parquet(parquet, columns, bench.index, "shard"))
+
+
+def test_a_leak_in_an_identifier_or_a_binary_column_is_found(bench, tmp_path):
+    """The audit scans every string and binary column, not only generation."""
+    other = bench.other
+    rows = rows_for(bench.own[0], DEMO_MODEL, None)
+    base = table(rows)
+    leak = "复述：" + question_span(other, 30)
+    # an identifier column that holds text is refused by its form
+    context = pa.array([leak] * base.num_rows)
+    with pytest.raises(RecordsError) as caught:
+        release.audit_table(base.set_column(base.column_names.index("context"), "context", context),
+                            bench.index)
+    assert "column context, row 0" in str(caught.value)
+    # a binary column of a plain Parquet file (cube release audit reads any) is read as UTF-8
+    blob = [leak.encode() if k == 2 else b"ok" for k in range(base.num_rows)]
+    extra = base.append_column("notes", pa.array(blob, type=pa.binary()))
+    hits = release.audit_table(extra, bench.index)
+    assert [(h.row, h.column, h.hit.kind, h.hit.item_uid) for h in hits] == [
+        (2, "notes", "question", other.uid)], [release.describe_hit(h) for h in hits]
+    path = tmp_path / "plain.parquet"
+    import pyarrow.parquet as pq
+
+    pq.write_table(extra, path)
+    parquet, columns = release.open_parquet(path)
+    assert "notes" in columns and "model" in columns and "tie_groups" in columns
+    found = list(release.audit_parquet(parquet, columns, bench.index, str(path)))
+    assert [(h.row, h.column) for h in found] == [(2, "notes")]
+
+
+def test_the_build_scrubs_a_near_copy_of_the_own_question(bench, tmp_path):
+    """The archive's case: a run one character away from the item's own text."""
+    k = 0
+    option = question_span(bench.own[k], 24)
+    source = normalize_for_match(option)[1]
+    at = int(source[len(source) // 2])
+    near = option[:at] + ("乙" if option[at] != "乙" else "丙") + option[at + 1 :]
+    assert normal(near) != normal(option)
+    generations = [None, None, None]
+    generations[k] = "我认为是：" + near + "。"
+    result = build(tmp_path, bench, Quiet(generations))
+    assert result.scrub.n_changed == 1 and result.scrub.n_spans == 1
+    shipped = read_records(result.bundle / "records").column("generation").to_pylist()
+    assert sum(t is not None and MARKER in t for t in shipped) == 1
+    assert release.verify_bundle(result.bundle, bench.items, bench.index).ok

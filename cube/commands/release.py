@@ -120,7 +120,7 @@ def run_audit(args: argparse.Namespace) -> int:
 
     n_hits = n_rows = n_fields = 0
     for path, parquet, columns in sources:
-        for found in audit_parquet(parquet, columns, index):
+        for found in audit_parquet(parquet, columns, index, str(path)):
             n_hits += 1
             hit = found.hit
             print(

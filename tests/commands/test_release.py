@@ -81,7 +81,8 @@ def test_audit_reports_each_leak_by_row_uid_field_and_offset(tmp_path, capsys, c
         f"LEAK {records}:2 uid=cmmlu/own/test/2 field=note offset={option_offset} "), leak_lines[1]
     assert "kind=option" in leak_lines[1], leak_lines[1]
     summary = out.splitlines()[-1]
-    assert summary.startswith("leakage audit FAIL: 2 hit(s) in 4 records (8 text fields"), summary
+    # every string column is scanned: uid, model, generation, note
+    assert summary.startswith("leakage audit FAIL: 2 hit(s) in 4 records (16 text fields"), summary
     assert "window 20" in summary and "min option chars 4" in summary, summary
 
 
@@ -106,7 +107,7 @@ def test_clean_records_in_a_folder_exit_zero(tmp_path, capsys, cmmlu_root):
     write_records(folder / "part" / "b.parquet", ["我不确定。"], [None])
     code, out, _ = run(capsys, folder, "--items", cmmlu_root, "--min-option-chars", "5")
     assert code == 0, out
-    assert out.startswith("leakage audit clean: 0 hit(s) in 4 records (8 text fields, 2 file(s))"), out
+    assert out.startswith("leakage audit clean: 0 hit(s) in 4 records (16 text fields, 2 file(s))"), out
     assert "min option chars 5" in out, out
 
 
