@@ -7,8 +7,10 @@ against the record's own item, and the scrubbed records must then pass the leaka
 every item before anything is written (a model may quote another item, which the scrub cannot
 know to remove). Layout of ``BUNDLE/``::
 
-    records/                      scrubbed Parquet shards + their MANIFEST.json (cube.records),
-                                  and each model's run log (versions, run times) where present
+    records/                      scrubbed Parquet shards + their MANIFEST.json (cube.records)
+    runs/<model>.runlog.jsonl     each model's run log (versions, run times) where present; kept
+                                  outside records/ because the bundle repacks the shards, and a
+                                  store's run log vouches for the shard names it wrote
     predictions/audit_frozen.json the pre-registered tokenizer audit
     MANIFEST.json                 schema, models + source hashes, protocols, item counts, licences
     CLAIMS.md                     each claim of the paper -> notebook + command
@@ -51,6 +53,7 @@ from cube.schema import FREE_TEXT_COLUMNS, SCHEMA_VERSION, SCORER_NAMES
 
 BUNDLE_SCHEMA = "cube.release/1"
 RECORDS_DIR = "records"
+RUNS_DIR = "runs"
 PREDICTION_PATH = "predictions/audit_frozen.json"
 SUMS_NAME = "SHA256SUMS"
 MANIFEST_NAME = "MANIFEST.json"
@@ -681,7 +684,7 @@ def build_bundle(
                       synthetic=bool(records_manifest.get("synthetic")), metadata=metadata)
         (staging / RECORDS_DIR / ".manifest.lock").unlink(missing_ok=True)
         for runlog in sorted(records.glob(f"*/{RUNLOG_NAME}")):  # how each model's run went
-            _write(staging / RECORDS_DIR / runlog.parent.name / RUNLOG_NAME, runlog.read_bytes())
+            _write(staging / RUNS_DIR / f"{runlog.parent.name}.{RUNLOG_NAME}", runlog.read_bytes())
         _write(staging / PREDICTION_PATH, Path(prediction).read_bytes())
         _write(staging / MANIFEST_NAME,
                (json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True) + "\n").encode())

@@ -204,8 +204,9 @@ def test_build_writes_a_complete_bundle_and_tarball(bench, clean_generations, tm
     assert sum(MARKER in (t or "") for t in s.column("generation").to_pylist()) == 1
     assert read_manifest(bundle / "records")["metadata"] == {"note": "test store"}
     assert (bundle / "predictions/audit_frozen.json").read_bytes() == PREDICTION.read_bytes()
-    runlog = f"{DEMO_MODEL}/runlog.jsonl"
-    assert (bundle / "records" / runlog).read_bytes() == (tmp_path / "records" / runlog).read_bytes()
+    runlog = (tmp_path / "records" / DEMO_MODEL / "runlog.jsonl").read_bytes()
+    assert (bundle / "runs" / f"{DEMO_MODEL}.runlog.jsonl").read_bytes() == runlog
+    assert not (bundle / "records" / DEMO_MODEL / "runlog.jsonl").exists()
 
     # the tarball holds exactly the folder, byte for byte
     with tarfile.open(result.tarball, "r:gz") as tar:
@@ -362,6 +363,25 @@ def test_an_intact_bundle_verifies_as_folder_and_as_tarball(bundle, bench):
         assert report.ok, report.problems
         assert report.n_records == 20 and report.n_items_audited == len(bench.items)
         assert report.n_files == len(release.bundle_files(bundle))
+
+
+def test_a_store_whose_run_log_vouches_for_its_shards_builds_a_bundle_that_verifies(bench, clean_generations, tmp_path):
+    """The bundle repacks shards; the store's run log names the originals, so it must not sit
+    inside the bundle's records, where it would report every cell as gone."""
+    import json
+
+    from cube.records import write_shard
+
+    records = tmp_path / "records"
+    rows = [r for item, g in zip(bench.own, clean_generations) for r in rows_for(item, DEMO_MODEL, g)]
+    shard = "label--L1_halfwidth__zh_cue__0shot__original--00000.parquet"  # as cube run names it
+    write_shard(records, f"{DEMO_MODEL}/{shard}", table(rows))
+    (records / DEMO_MODEL / "runlog.jsonl").write_text(
+        json.dumps({"model": DEMO_MODEL, "files": [f"{DEMO_MODEL}/{shard}"]}) + "\n")
+    result = release.build_bundle(records, tmp_path / "out" / "bundle", bench.items, PREDICTION, index=bench.index)
+    report = release.verify_bundle(result.bundle, bench.items, bench.index)
+    assert report.ok, report.problems
+    assert report.n_records == result.n_records == len(rows)
 
 
 def test_a_flipped_byte_in_any_file_fails_verify_naming_that_file(bundle):
