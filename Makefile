@@ -69,6 +69,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/audit_speed.py
 	$(BIN)/python benchmarks/harness_throughput.py --model random:qwen3-40m --items 40
 	$(BIN)/python benchmarks/harness_throughput.py --model smollm2-135m-instruct --items 40 --no-naive
+	$(BIN)/python benchmarks/vs_lm_eval.py --models qwen2.5-coder-0.5b-instruct --items 100
 	$(BIN)/python benchmarks/generation_throughput.py
 	$(BIN)/python benchmarks/stats_speed.py
 	$(BIN)/python benchmarks/leakage_scale.py

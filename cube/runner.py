@@ -384,7 +384,7 @@ def run(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | None = N
         "shard": f"{spec.shard[0]}/{spec.shard[1]}", "jobs_run": len(todo), "jobs_skipped": skipped,
         "records_written": n_rows, "item_jobs": n_items, "wall_s": round(wall, 2),
         "items_per_s": round(n_items / wall, 3) if wall > 0 else None,
-        "forward_tokens": backend.counter.forward_tokens, "versions": _versions(),
+        "forward_tokens": backend.counter.forward_tokens, "padded_tokens": backend.counter.padded_tokens, "head_rows": backend.counter.head_rows, "versions": _versions(),
         "scorers": list(spec.scorers), "cells": [c.key for c in spec.cells], "n_items": len(spec.items),
         "shard_size": spec.shard_size, "files": [f"{spec.model}/{j.filename}" for j in plan_jobs(spec)],
         **spec.extra,

@@ -12,6 +12,7 @@ what a backend actually ran against that minimum is how the benchmark shows wher
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,41 +151,83 @@ def batches(order: list[int], size: int) -> list[list[int]]:
 
 
 def token_batches(
-    order: list, lengths: list[int], max_rows: int, max_tokens: int, min_fill: float = 0.75
+    order: list, lengths: list[int], max_rows: int, max_tokens: int, batch_cost: int = 64
 ) -> list[list]:
     """Consecutive runs of ``order`` (sorted longest first) of at most ``max_rows`` rows and
-    ``max_tokens`` padded tokens (a run's rows times its longest row), at least ``min_fill`` of
-    them real tokens, but never empty.
+    ``max_tokens`` padded tokens (a run's rows times its longest row), cut where the padded tokens
+    plus ``batch_cost`` per batch are fewest; a single row of any length gets a batch of its own.
 
     A fixed row count wastes most of a batch on padding when lengths vary widely (a long tail of
-    long questions, one long option among short ones); a token budget shrinks the batches of long
-    rows and grows those of short ones, and the fill bound starts a new batch rather than pad a
-    short row out to a long one. On a CPU a smaller batch costs little per token; padding costs
-    in full. A single row of any length still gets a batch of its own.
+    long questions, one long option among short ones); on a CPU padding costs in full while a
+    forward's own cost beyond its tokens (weights streamed, per-layer overhead) is what a batch
+    saves: about 15 tokens' worth on SmolLM2-135M on an idle core, several times more with two
+    threads on a busy machine (each of a forward's parallel regions waits for its slowest thread),
+    hence the default of 64. The cut is exact (dynamic programming over the sorted runs,
+    O(rows x max_rows)): on 100 CMMLU items (Qwen2.5 tokenizer, 50-item jobs) it pads 6% of the
+    label prompts' tokens and 23% of cloze's, where a greedy cut at 75% fill padded 20% and 28%,
+    in 130 forwards instead of 109.
     """
     if max_rows < 1 or max_tokens < 1:
         raise CubeError(f"batch limits must be at least 1, got {max_rows} rows and {max_tokens} tokens")
-    if not 0.0 <= min_fill <= 1.0:
-        raise CubeError(f"min_fill must be in [0, 1], got {min_fill}")
+    if batch_cost < 0:
+        raise CubeError(f"batch_cost must be at least 0, got {batch_cost}")
+    n = len(lengths)
+    best = [0] + [-1] * n  # best[j]: least cost of cutting the first j rows; -1 is unreached
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        longest = 0
+        for i in range(j - 1, max(-1, j - 1 - max_rows), -1):  # the last batch is rows i..j-1
+            longest = max(longest, lengths[i])
+            rows = j - i
+            if rows > 1 and rows * longest > max_tokens:
+                break  # longer runs only grow
+            cost = best[i] + rows * longest + batch_cost
+            if best[j] < 0 or cost < best[j]:
+                best[j], cut[j] = cost, i
     out: list[list] = []
-    current: list = []
-    longest = real = 0
-    for key, n in zip(order, lengths):
-        grown = max(longest, n)
-        rows = len(current) + 1
-        if current and (
-            rows > max_rows or rows * grown > max_tokens or real + n < min_fill * rows * grown
-        ):
-            out.append(current)
-            current, grown, real = [], n, 0
-        current.append(key)
-        longest, real = grown, real + n
-    if current:
-        out.append(current)
-    return out
+    j = n
+    while j > 0:
+        out.append(list(order[cut[j]:j]))
+        j = cut[j]
+    return out[::-1]
+
+
+def prefix_tree_tokens(sequences: Iterable[Sequence[int]]) -> int:
+    """Distinct token prefixes among ``sequences``: the positions a prefix tree of them holds.
+
+    A position is one forward of one token given everything before it, so this is the least any
+    backend can run to compute every listed sequence, however it shares KV across them.
+    """
+    root: dict = {}
+    nodes = 0
+    for seq in sequences:
+        node = root
+        for token in seq:
+            child = node.get(token)
+            if child is None:
+                child = node[token] = {}
+                nodes += 1
+            node = child
+    return nodes
+
+
+def forward_sequences(plan: RequestPlan) -> list[tuple[int, ...]]:
+    """What a request must run: the shared prefix, then each continuation's tokens but its last."""
+    return [plan.shared_ids] + [plan.shared_ids + plan.suffix_ids(i) for i in range(len(plan.continuations))]
+
+
+def prefix_tree_minimum(plans: Iterable[RequestPlan]) -> int:
+    """The forward tokens of ``plans`` when every shared prefix runs once, across requests too.
+
+    ``RequestPlan.minimum_tokens`` shares within one request; the cells of one item share the
+    header and question across requests (every label set, cloze), and items of one subject share
+    the header: this is the whole-cube minimum of the prefix tree over all of them.
+    """
+    return prefix_tree_tokens(seq for plan in plans for seq in forward_sequences(plan))
 
 
 __all__ = [
     "Backend", "ContinuationLogprobs", "ForwardCounter", "GenerationResult", "RequestPlan",
-    "ScoreRequest", "batches", "count_plans", "plan_request", "token_batches",
+    "ScoreRequest", "batches", "count_plans", "forward_sequences", "plan_request", "prefix_tree_minimum",
+    "prefix_tree_tokens", "token_batches",
 ]

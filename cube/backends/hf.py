@@ -10,7 +10,9 @@ Why it is fast where the usual harnesses are slow:
    positions being scored, not at every position of every sequence. For a bf16 model it runs in
    bf16 (3-5x faster on AMX CPUs) for the log-normaliser only, while each scored token's own logit
    is an fp32 dot product: so distinct labels never tie by rounding.
-3. Requests are batched sorted by length, so padding stays small.
+3. Requests are batched sorted by length and cut where padding plus a forward's own overhead is
+   least (``token_batches``), so padding stays small: ``counter.padded_tokens`` against
+   ``counter.forward_tokens`` says how small.
 
 Correctness is checked token by token against ``ReferenceBackend`` in the parity tests.
 """
@@ -65,7 +67,7 @@ class HFBackend(Backend):
     def __init__(
         self, model, tokenizer: Encoder, add_special_tokens: bool = True,
         eos_ids: frozenset[int] | None = None, max_batch_tokens: int = 2048, head_chunk: int = 256,
-        progress: bool = True,
+        progress: bool = True, batch_cost: int = 64,
     ):
         import torch
 
@@ -84,6 +86,7 @@ class HFBackend(Backend):
         self.add_special_tokens = add_special_tokens
         self.eos_ids = eos_token_ids(model) if eos_ids is None else frozenset(eos_ids)
         self.max_batch_tokens = max_batch_tokens  # padded tokens per forward, besides batch_size rows
+        self.batch_cost = batch_cost  # a forward's overhead in tokens, against padding (token_batches)
         self.head_chunk = head_chunk
         self.progress = progress
         self.pad_id = 0  # any valid id: padded positions are masked out and never scored
@@ -176,7 +179,7 @@ class HFBackend(Backend):
         with self.torch.inference_mode(), tqdm(
             total=len(plans), desc="score", unit="item", disable=not self.progress
         ) as bar:
-            for chunk in token_batches(order, lengths, batch_size, self.max_batch_tokens):
+            for chunk in token_batches(order, lengths, batch_size, self.max_batch_tokens, self.batch_cost):
                 for i, res in zip(chunk, self._score_batch([plans[i] for i in chunk], batch_size)):
                     results[i] = res
                 bar.update(len(chunk))
@@ -194,7 +197,7 @@ class HFBackend(Backend):
         ext.sort(key=lambda bj: len(plans[bj[0]].suffix_ids(bj[1])), reverse=True)
         ext_lengths = [len(plans[b].suffix_ids(j)) for b, j in ext]
         ext_hidden = {}
-        for sub in token_batches(ext, ext_lengths, batch_size, self.max_batch_tokens):
+        for sub in token_batches(ext, ext_lengths, batch_size, self.max_batch_tokens, self.batch_cost):
             suffixes = [plans[b].suffix_ids(j) for b, j in sub]
             width = max(len(s) for s in suffixes)
             rows = torch.tensor([b for b, _ in sub], device=self.device)
