@@ -37,7 +37,7 @@ from pathlib import Path, PurePosixPath
 
 from cube import __version__
 from cube.atomic import atomic_write_text
-from cube.checksums import sha256_file
+from cube.checksums import sha256_bytes, sha256_file
 from cube.config import config_dir, load_config
 from cube.errors import ChecksumError, ConfigError, ItemsError, SourceError
 
@@ -182,9 +182,7 @@ def locate_files(rel: BenchmarkRelease, names: list[str], where: str) -> dict[st
 
 def _check_files(rel: BenchmarkRelease, contents: dict[str, bytes], where: str) -> dict[str, str]:
     """Each file's sha256; against config's pins where there are any (same set, same bytes)."""
-    import hashlib
-
-    got = {path: hashlib.sha256(data).hexdigest() for path, data in sorted(contents.items())}
+    got = {path: sha256_bytes(data) for path, data in sorted(contents.items())}
     if rel.files is not None:
         missing = sorted(set(rel.files) - set(got))
         extra = sorted(set(got) - set(rel.files))

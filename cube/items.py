@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cube.checksums import sha256_bytes
 from cube.config import REPO_ROOT
 from cube.errors import ChecksumError, ConfigError, ItemsError
 
@@ -129,6 +130,13 @@ def default_benchmark_root(benchmark: str, explicit: str | Path | None = None) -
 # --- shared CSV reading -------------------------------------------------------------------------
 
 
+def _check_recorded(path: Path, data: bytes, sha256: str | None) -> None:
+    """The bytes about to be parsed against the sha256 ``cube data fetch`` recorded (if any)."""
+    if sha256 is not None and (got := sha256_bytes(data)) != sha256:
+        raise ChecksumError(f"{path}: sha256 {got} is not the {sha256} recorded when it was fetched "
+                            f"(run `cube data fetch --force`)")
+
+
 def _read_rows(path: Path, sha256: str | None = None) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """The header and (physical line, cells) rows; every failure names the file.
 
@@ -139,9 +147,7 @@ def _read_rows(path: Path, sha256: str | None = None) -> tuple[list[str], list[t
         data = path.read_bytes()
     except OSError as exc:
         raise ItemsError(f"{path}: cannot read ({exc.strerror})") from None
-    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
-        raise ChecksumError(f"{path}: sha256 {hashlib.sha256(data).hexdigest()} is not the "
-                            f"{sha256} recorded when it was fetched (run `cube data fetch --force`)")
+    _check_recorded(path, data, sha256)
     try:
         reader = csv.reader(io.StringIO(data.decode("utf-8-sig"), newline=""))
         header = next(reader, None)
@@ -223,9 +229,7 @@ def _split_folder(root: Path, split: str) -> Path:
 def _read_json(path: Path, sha256: str | None = None) -> dict:
     try:
         raw = path.read_bytes()
-        if sha256 is not None and hashlib.sha256(raw).hexdigest() != sha256:
-            raise ChecksumError(f"{path}: sha256 {hashlib.sha256(raw).hexdigest()} is not the "
-                                f"{sha256} recorded when it was fetched")
+        _check_recorded(path, raw, sha256)
         data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise ItemsError(f"subject map not found: {path}") from None
