@@ -64,9 +64,9 @@ for the record's own item, so a scrubbed record can fail the audit only by quoti
   benchmark (random CMMLU-frequency text) the near rules add no hit in unplanted fields.
 
 The audit is linear: each normalised text is hashed once (a polynomial prefix hash over uint64,
-vectorised with numpy), every window of ``window`` characters is looked up in a bitmap of the
-questions' windows, and every window of ``min(min_option_chars, min_question_chars)`` characters in
-a bitmap of the whole phrases' first characters. The rare candidates are confirmed by exact hash and
+vectorised with numpy), every window of ``window`` characters is looked up in a two-probe Bloom
+filter of the questions' windows, and every window of ``min(min_option_chars, min_question_chars)``
+characters in one of the whole phrases' first characters. The rare candidates are confirmed by exact hash and
 then by string comparison, so a hit is never a hash collision. Near copies are found through seeds,
 never by comparing a text with every item: by the pigeonhole principle a near copy of B with k edits
 contains one of k + 1 disjoint pieces of B unchanged, so every 10-character window of a text is
@@ -175,15 +175,25 @@ def _markup_replacement(match: re.Match) -> str | None:
     return None
 
 
+_MARKER_CHARS = "&<\\^＆＜＼＾"  # every markup construct starts with one of these
+
+
+@functools.cache
+def _is_marker() -> np.ndarray:
+    """Per code point: does a markup construct start with it? One gather finds the texts that
+    need decoding; the others (nearly all) skip the regular expression."""
+    table = np.zeros(sys.maxunicode + 1, dtype=bool)
+    table[[ord(c) for c in _MARKER_CHARS]] = True
+    return table
+
+
 def _decode_markup(joined: str, ends: np.ndarray) -> tuple[str, np.ndarray, np.ndarray] | None:
     """``joined`` with markup decoded, and per decoded character [start, end) in ``joined``.
 
     ``ends`` are the texts' end offsets: a construct never spans two texts. None if nothing is
-    markup, the usual case, which costs four substring tests.
+    markup. The audit calls it only on the texts that hold a marker character (``_is_marker``).
     """
-    if not any(c in joined for c in "&<\\^＆＜＼＾"):
-        return None
-    if any(c in joined for c in "＆＜＼＾"):  # one character for one: offsets stay
+    if any(c in joined for c in _MARKER_CHARS[4:]):  # full-width, one character for one: offsets stay
         codes = _code_points([joined]).copy()
         codes[(codes >= 0xFF01) & (codes <= 0xFF5E)] -= 0xFEE0
         codes[codes == 0x3000] = 0x20
@@ -338,13 +348,19 @@ def _normalize_code_points(cps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return flat[start[cps[source]] + within], source
 
 
-def _normalize_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _normalize_texts(texts: Sequence[str], sizes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Normalised code points of all ``texts`` joined, and per normalised character the [start,
-    end) of the original characters it came from, as offsets into ``"".join(texts)``."""
+    end) of the original characters it came from, as offsets into ``"".join(texts)``.
+    ``sizes`` are the texts' lengths, where the caller has them already."""
     joined = "".join(texts)
-    decoded = _decode_markup(joined, np.cumsum([len(t) for t in texts], dtype=np.int64))
+    cps = _code_points([joined])
+    decoded = None
+    if _is_marker()[cps].any():
+        if sizes is None:
+            sizes = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+        decoded = _decode_markup(joined, np.cumsum(sizes))
     if decoded is None:
-        codes, source = _normalize_code_points(_code_points([joined]))
+        codes, source = _normalize_code_points(cps)
         return codes, source, source + 1
     text, start, end = decoded
     codes, source = _normalize_code_points(_code_points([text]))
@@ -369,7 +385,7 @@ def _normal_string(text: str) -> str:
 def _normal_strings(texts: Sequence[str]) -> list[str]:
     """The normal form of many texts in one vectorised pass (building the index uses ~60k)."""
     sizes = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
-    codes, source, _ = _normalize_texts(texts)
+    codes, source, _ = _normalize_texts(texts, sizes)
     counts = np.bincount(np.repeat(np.arange(len(texts)), sizes)[source], minlength=len(texts))
     joined = codes.tobytes().decode("utf-32-le", "surrogatepass")
     ends = np.cumsum(counts).tolist()
@@ -508,22 +524,33 @@ def _hash_strings(strings: Sequence[str], lengths: Sequence[int] | None = None) 
     return _PrefixHash(codes).windows(starts, take)
 
 
-def _bitmap_slots(hashes: np.ndarray, bits: int) -> np.ndarray:
+_SECOND_PROBE = np.uint64(0xD6E8FEB86659FD93)  # odd: a second, independent slot per hash
+
+
+def _bitmap_slots(hashes: np.ndarray, bits: int, probe: int = 0) -> np.ndarray:
     # int64 indices: numpy would otherwise copy uint64 indices into a new array before gathering
+    if probe:
+        hashes = hashes * _SECOND_PROBE
     return (hashes >> np.uint64(64 - bits)).view(np.int64)
 
 
 def _bitmap(hashes: np.ndarray) -> np.ndarray:
-    """A bitmap of about 16 slots per hash, at most ``_BITMAP_BITS``: a one-item index (the scrub
-    builds one per item) stays tiny, a benchmark's stays in cache."""
+    """Two bitmaps of about 16 slots per hash each, at most ``_BITMAP_BITS``, one per probe: a
+    one-item index (the scrub builds one per item) stays tiny, a benchmark's stays in cache. The
+    second is read only for the ~6 % of windows the first lets through, so about 0.4 % reach the
+    random-access binary search of the sorted hashes (each one costs a cache miss or two)."""
     bits = int(min(_BITMAP_BITS, max(8, int(hashes.size).bit_length() + 4)))
-    bitmap = np.zeros(1 << bits, dtype=bool)
-    bitmap[_bitmap_slots(hashes, bits)] = True
+    bitmap = np.zeros((2, 1 << bits), dtype=bool)
+    bitmap[0, _bitmap_slots(hashes, bits)] = True
+    bitmap[1, _bitmap_slots(hashes, bits, probe=1)] = True
     return bitmap
 
 
-def _in_bitmap(bitmap: np.ndarray, hashes: np.ndarray) -> np.ndarray:
-    return bitmap[_bitmap_slots(hashes, bitmap.size.bit_length() - 1)]
+def _bitmap_candidates(bitmap: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+    """Positions in ``hashes`` that may be in the filter; the second probe only for the first's."""
+    bits = bitmap.shape[1].bit_length() - 1
+    at = np.flatnonzero(bitmap[0][_bitmap_slots(hashes, bits)])
+    return at[bitmap[1][_bitmap_slots(hashes[at], bits, probe=1)]]
 
 
 # ---------------------------------------------------------------------------- index
@@ -808,9 +835,36 @@ def _chunks(records: Iterable[tuple[str, str, str]], size: int) -> Iterator[list
 
 
 def _audit_batch(texts: list[str], first: int, index: LeakageIndex, min_phrase_chars: int = 0) -> list[TextHit]:
+    """The texts holding a marker character are audited apart from the rest, which thus skip the
+    markup decoding and its offset arrays; windows never span two texts, so the hits are those of
+    one pass, and a stable sort by text restores their order."""
     sizes = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+    cps = _code_points(texts)
+    marked = np.flatnonzero(_is_marker()[cps])
+    if marked.size == 0:
+        return _audit_group(texts, np.arange(len(texts)), sizes, first, index, min_phrase_chars, cps)
+    is_marked = np.zeros(len(texts), dtype=bool)
+    is_marked[np.searchsorted(np.cumsum(sizes), marked, side="right")] = True
+    plain, decoded = np.flatnonzero(~is_marked), np.flatnonzero(is_marked)
+    hits = _audit_group([texts[k] for k in plain.tolist()], plain, sizes[plain], first, index,
+                        min_phrase_chars, None)
+    hits += _audit_group([texts[k] for k in decoded.tolist()], decoded, sizes[decoded], first, index,
+                         min_phrase_chars, None)
+    return sorted(hits, key=lambda hit: hit.text)
+
+
+def _audit_group(texts: list[str], which: np.ndarray, sizes: np.ndarray, first: int,
+                 index: LeakageIndex, min_phrase_chars: int, plain_cps: np.ndarray | None) -> list[TextHit]:
+    """Audit ``texts``, the batch's texts ``which``; ``plain_cps``: their code points, where the
+    caller knows they hold no markup."""
+    if not texts:
+        return []
     text_start = np.cumsum(sizes) - sizes
-    codes, source, source_end = _normalize_texts(texts)
+    if plain_cps is not None:
+        codes, source = _normalize_code_points(plain_cps)
+        source_end = source + 1
+    else:
+        codes, source, source_end = _normalize_texts(texts, sizes)
     n = codes.size
     if n < index.prefix_chars:
         return []
@@ -821,7 +875,7 @@ def _audit_batch(texts: list[str], first: int, index: LeakageIndex, min_phrase_c
     spans += _near_spans(codes, text_of, hashes, index, spans)
     return [
         TextHit(
-            text=first + int(text_of[begin]),
+            text=first + int(which[text_of[begin]]),
             offset=int(source[begin] - text_start[text_of[begin]]),
             n_chars=int(source_end[end - 1] - source[begin]),
             kind=kind,
@@ -840,7 +894,7 @@ def _question_spans(codes, text_of, hashes: _PrefixHash, index: LeakageIndex) ->
     if codes.size < w or index.window_hash.size == 0:
         return []
     window_hash = hashes.every_window(w)
-    candidates = np.flatnonzero(_in_bitmap(index.question_filter, window_hash))
+    candidates = _bitmap_candidates(index.question_filter, window_hash)
     candidates = candidates[text_of[candidates] == text_of[candidates + w - 1]]
     found = np.searchsorted(index.window_hash, window_hash[candidates])
     found = np.minimum(found, index.window_hash.size - 1)
@@ -859,7 +913,7 @@ def _phrase_spans(codes, text_of, hashes: _PrefixHash, index: LeakageIndex) -> l
         return []
     n = codes.size
     prefix = hashes.every_window(m)
-    candidates = np.flatnonzero(_in_bitmap(index.prefix_filter, prefix))
+    candidates = _bitmap_candidates(index.prefix_filter, prefix)
     found = np.minimum(np.searchsorted(index.prefix_hash, prefix[candidates]), index.prefix_hash.size - 1)
     exact = index.prefix_hash[found] == prefix[candidates]
     candidates, found = candidates[exact], found[exact]
@@ -950,7 +1004,7 @@ def _seed_pairs(hashes: _PrefixHash, text_of, n: int, length: int, bitmap, sorte
     if n < length or sorted_hashes.size == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     window_hash = hashes.every_window(length)
-    at = np.flatnonzero(_in_bitmap(bitmap, window_hash))
+    at = _bitmap_candidates(bitmap, window_hash)
     at = at[text_of[at] == text_of[at + length - 1]]
     wanted = window_hash[at]
     lo = np.searchsorted(sorted_hashes, wanted, side="left")

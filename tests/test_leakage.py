@@ -350,6 +350,27 @@ def test_results_do_not_depend_on_how_texts_are_batched(items, index, monkeypatc
     assert [h.text for h in whole] == [k for k in range(40) if k % 7 == 3]
 
 
+def test_markup_decoded_in_a_few_texts_of_a_batch_keeps_every_offset(items, index, sep):
+    """Only the texts holding a marker character are decoded and spliced back into the batch; the
+    hits of every text, with or without markup, must be those it gets audited alone."""
+    spans = [s for _, s in question_spans(items[::89], 30) if not contains_phrase(index, s)][:6]
+    texts = []
+    for k in range(60):
+        text = f"第{k}条输出" + sep
+        if k % 10 == 1:
+            text += html_disguise(spans[k % len(spans)]) + sep + "a&b<c"  # markup, and a leak
+        elif k % 10 == 4:
+            text += spans[k % len(spans)] + "^2"  # a marker character, no markup
+        elif k % 10 == 7:
+            text += "&amp;" * (k % 3) + spans[k % len(spans)]  # markup before a plain leak
+        texts.append(text)
+    batch = [(h.text, h.offset, h.n_chars, h.kind, h.item_uid) for h in audit_texts(texts, index)]
+    alone = [(k, h.offset, h.n_chars, h.kind, h.item_uid)
+             for k, text in enumerate(texts) for h in audit_texts([text], index)]
+    assert batch == alone
+    assert {k for k, *_ in batch} == {k for k in range(60) if k % 10 in (1, 4, 7)}
+
+
 def naive_audit(texts, index) -> dict[int, int]:
     """{text: offset of the first leaked character}: a window set and ``in`` over every phrase."""
     windows = {q[i : i + index.window] for q in index.question_normal
