@@ -142,10 +142,11 @@ def test_trust_remote_code_is_read_and_refused_unless_pinned(tmp_path, monkeypat
 def test_trust_remote_code_opt_in_reaches_the_hub_loader(tmp_path, monkeypatch, capsys, qwen3_tokenizer):
     import cube.sources
 
-    calls = []
+    log = tmp_path / "calls.jsonl"  # a file: the audit loads each family in a forked worker
 
     def hub(spec, trust_remote_code=False):  # stands in for the network only
-        calls.append((spec, trust_remote_code))
+        with log.open("a") as f:
+            f.write(json.dumps([spec, trust_remote_code]) + "\n")
         return qwen3_tokenizer
 
     monkeypatch.setattr(cube.sources, "load_hf_tokenizer", hub)
@@ -155,7 +156,8 @@ def test_trust_remote_code_opt_in_reaches_the_hub_loader(tmp_path, monkeypatch, 
         "plain": {"offline": {"spec": "hf:Qwen/Qwen3-8B@" + "f" * 40}},
     })
     assert main(["audit", "--contexts", "zh_cue", "--brief"]) == 0
-    assert calls == [(pinned, True), ("hf:Qwen/Qwen3-8B@" + "f" * 40, False)]
+    calls = sorted(tuple(json.loads(line)) for line in log.read_text().splitlines())
+    assert calls == sorted([(pinned, True), ("hf:Qwen/Qwen3-8B@" + "f" * 40, False)])
 
 
 def test_freeze_into_a_folder_is_one_line_before_any_audit(tmp_path, capsys, monkeypatch):
@@ -164,7 +166,23 @@ def test_freeze_into_a_folder_is_one_line_before_any_audit(tmp_path, capsys, mon
     def never(*args, **kwargs):
         raise AssertionError("the audit ran although --freeze names a folder")
 
-    monkeypatch.setattr(command, "_load_sources", never)
+    monkeypatch.setattr(command, "_wanted_sources", never)
     assert main(["audit", "--families", "qwen3", "--brief", "--freeze", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("cube: error: --freeze ") and "is a folder" in err[-1]
+
+
+def test_families_audited_in_worker_processes_equal_the_in_process_audit():
+    import cube.commands.audit as command
+    from cube.audit import load_contexts, run_audit
+    from cube.config import load_config
+    from cube.label_sets import select_label_sets
+    from cube.sources import resolve_source
+
+    config = load_config("models")["families"]
+    offline = {f: config[f]["offline"] for f in ("smollm2", "qwen3")}
+    label_sets, contexts = select_label_sets(None, []), load_contexts(None)
+    parallel = command._audit_families(offline, label_sets, contexts)
+    serial = run_audit({f: resolve_source(o) for f, o in offline.items()}, label_sets, contexts)
+    assert parallel == serial
+    assert [c.context for c in parallel][:1] == [contexts[0].name]
