@@ -54,11 +54,11 @@ freeze: $(STAMP)
 test: unit-test book-test
 
 unit-test: $(STAMP) system-deps vllm-env lmeval-env
-	$(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/test_book_site.py
+	$(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/paper/test_book_site.py
 
 book-test: book system-deps
 	$(BIN)/python -m pytest --nbval-lax -q -p no:cacheprovider book/_executed/*.ipynb
-	CUBE_REQUIRE_BOOK=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_book_site.py
+	CUBE_REQUIRE_BOOK=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/paper/test_book_site.py
 
 # The headline story end to end on the committed sample records (seconds).
 smoke-test: $(STAMP)

@@ -3,7 +3,7 @@
     python benchmarks/analysis_scale.py [--fractions 0.1 0.5 1.0] [--B 1000] [--repeat 1]
                                         [--dir DIR]
 
-For each fraction of the items, ``cube.simulate`` writes a synthetic store (18 models x items
+For each fraction of the items, ``cube.analysis.simulate`` writes a synthetic store (18 models x items
 x 11 cells; 2.56 M records at 100%), then a fresh child process runs the analysis on it and
 reports its own wall time and peak RSS (``resource.getrusage``; a child per fraction because
 peak RSS never goes down within a process):
@@ -35,11 +35,11 @@ BASE = dict(scorer="M1-seq", label_set="L1_halfwidth", context="zh_cue", shots=0
 
 
 def analyse(directory: str, B: int) -> dict:
-    from cube.audit import read_prediction
-    from cube.confirm import confirm, model_families, partial_cells, tiebreak_effects
-    from cube.records import read_manifest, read_records
-    from cube.rescore import ranking_shift, regression_table, rescore, select
-    from cube.simulate import DEFAULT_PREDICTION
+    from cube.analysis.confirm import confirm, model_families, partial_cells, tiebreak_effects
+    from cube.analysis.rescore import ranking_shift, regression_table, rescore, select
+    from cube.analysis.simulate import DEFAULT_PREDICTION
+    from cube.records.store import read_manifest, read_records
+    from cube.tokenizers.audit import read_prediction
 
     stages: dict[str, float] = {}
     start = last = time.perf_counter()
@@ -96,7 +96,7 @@ def main() -> None:
     args = parser.parse_args()
 
     if args._simulate:
-        from cube.simulate import simulate
+        from cube.analysis.simulate import simulate
 
         out, fraction = args._simulate
         print(json.dumps(simulate(out, fraction=float(fraction))))

@@ -12,12 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from cube.audit import load_contexts, run_audit
 from cube.config import load_config
-from cube.gguf import is_gguf, read_gguf_metadata
-from cube.label_sets import load_label_sets
-from cube.sources import fetch_registry_file, resolve_tokenizer
-from cube.tokenizer_build import tokenizer_from_gguf, tokenizer_from_tiktoken
+from cube.protocol.label_sets import load_label_sets
+from cube.tokenizers.audit import load_contexts, run_audit
+from cube.tokenizers.build import tokenizer_from_gguf, tokenizer_from_tiktoken
+from cube.tokenizers.gguf import is_gguf, read_gguf_metadata
+from cube.tokenizers.sources import fetch_registry_file, resolve_tokenizer
 
 
 def main() -> None:

@@ -24,11 +24,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from harness_throughput import RANDOM_MODELS, load_benchmark_model, sample_items  # noqa: E402
 
-from cube.backends.hf import HFBackend  # noqa: E402
-from cube.backends.reference import ReferenceBackend  # noqa: E402
-from cube.label_sets import LabelSet  # noqa: E402
-from cube.prompts import Cell, render_prompt  # noqa: E402
-from cube.tokenization import encode_ids  # noqa: E402
+from cube.harness.backends.hf import HFBackend  # noqa: E402
+from cube.harness.backends.reference import ReferenceBackend  # noqa: E402
+from cube.protocol.label_sets import LabelSet  # noqa: E402
+from cube.protocol.prompts import Cell, render_prompt  # noqa: E402
+from cube.protocol.tokenization import encode_ids  # noqa: E402
 
 
 def hf_generate(model, tokenizer, prompts: list[str], max_new: int, batch_size: int, eos: frozenset[int]):

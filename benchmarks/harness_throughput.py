@@ -24,14 +24,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from cube.backends.base import ScoreRequest, plan_request
-from cube.backends.hf import HFBackend
-from cube.backends.reference import AllLogitsBackend, ReferenceBackend
-from cube.items import load_cmmlu
-from cube.label_sets import LabelSet
-from cube.models import load_model
-from cube.prompts import Cell, cloze_prompt, render_prompt
-
+from cube.harness.backends.base import ScoreRequest, plan_request
+from cube.harness.backends.hf import HFBackend
+from cube.harness.backends.reference import AllLogitsBackend, ReferenceBackend
+from cube.harness.models import load_model
+from cube.protocol.items import load_cmmlu
+from cube.protocol.label_sets import LabelSet
+from cube.protocol.prompts import Cell, cloze_prompt, render_prompt
 
 RANDOM_MODELS = {
     # The scale at which the issue measured lm-evaluation-harness at ~1 item/s: a 40M-parameter
@@ -49,7 +48,7 @@ def load_benchmark_model(name: str, dtype: str):
     import transformers
 
     from cube.config import load_config
-    from cube.sources import resolve_tokenizer
+    from cube.tokenizers.sources import resolve_tokenizer
 
     src = load_config("models")["families"]["qwen3"]["offline"]
     tokenizer = resolve_tokenizer(src["spec"], src["sha256"])

@@ -31,8 +31,8 @@ from collections import Counter
 import numpy as np
 from tqdm import tqdm
 
-from cube import leakage
-from cube.items import load_cmmlu
+from cube.protocol.items import load_cmmlu
+from cube.records import leakage
 
 FIELDS = ("generation", "reasoning", "raw_output")
 FULL_WIDTH = {chr(c): chr(c + 0xFEE0) for c in range(0x21, 0x7F)}

@@ -8,7 +8,7 @@ of this script answers both, on real demo models, for three workloads on the sam
 - ``full``: the four frozen label sets plus cloze, what a protocol study runs.
 
 The items are exactly those ``cube run --sample N --seed S`` draws (cube's own ``build_spec``), and
-lm-eval runs local tasks whose prompts are cube's byte for byte (``cube.lm_eval_import``; checked
+lm-eval runs local tasks whose prompts are cube's byte for byte (``cube.records.lm_eval_import``; checked
 before any timing, on lm-eval's own request building, and again on its logged samples). Each
 workload runs as interleaved pairs of fresh processes (cube, lm-eval, cube, lm-eval, ...), fp32,
 the same thread count, so load drift on a shared machine hits both alike. Printed: items/s
@@ -124,13 +124,13 @@ class Workload:
 
     @property
     def prefix_tree_per_item(self) -> int:
-        from cube.backends.base import prefix_tree_minimum
+        from cube.harness.backends.base import prefix_tree_minimum
 
         return sum(prefix_tree_minimum(plans) for plans in self.plans_by_uid.values())
 
     @property
     def prefix_tree_all(self) -> int:
-        from cube.backends.base import prefix_tree_minimum
+        from cube.harness.backends.base import prefix_tree_minimum
 
         return prefix_tree_minimum(p for plans in self.plans_by_uid.values() for p in plans)
 
@@ -141,8 +141,8 @@ def cube_workload(spec, tokenizer) -> Workload:
     The runner's own job functions run against a backend that only records what it is asked, so
     the requests are the runner's, not a re-derivation of them.
     """
-    from cube.backends.base import Backend, ContinuationLogprobs, ForwardCounter, plan_request
-    from cube.runner import RUNNERS, plan_jobs
+    from cube.harness.backends.base import Backend, ContinuationLogprobs, ForwardCounter, plan_request
+    from cube.harness.runner import RUNNERS, plan_jobs
 
     work = Workload()
 
@@ -178,7 +178,7 @@ def cube_workload(spec, tokenizer) -> Workload:
 
 def cloze_doc_to_text() -> str:
     """A jinja ``doc_to_text`` rendering cube's cloze context (question, then the cloze cue)."""
-    from cube.prompts import load_templates
+    from cube.protocol.prompts import load_templates
 
     templates = load_templates()
     return str(templates["question"]).format(question="{{Question}}") + str(templates["cloze"]["cue"])
@@ -190,8 +190,8 @@ def write_lm_eval_tasks(folder: Path, items, mode: str) -> list[str]:
     target_delimiter is "" so lm-eval scores exactly cube's continuations after exactly cube's
     contexts: labels for the label sets, the option texts (doc_to_choice from the doc) for cloze.
     """
-    from cube.label_sets import load_label_sets
-    from cube.lm_eval_import import OPTION_FIELDS, cube_doc_to_text, write_local_task
+    from cube.protocol.label_sets import load_label_sets
+    from cube.records.lm_eval_import import OPTION_FIELDS, cube_doc_to_text, write_local_task
 
     label_sets, cloze = MODES[mode]
     sets = load_label_sets()
@@ -287,7 +287,7 @@ def run_cube(argv: list[str], mode: str, scratch: Path, env: dict, tool: str = "
     out = Path(argv[argv.index("--out") + 1])
     exe = [str(python or sys.executable), "-m", "cube"]
     wall, rss = run_process(exe + argv, env, scratch / f"{tool}-{mode}-{out.name}.log")
-    from cube.provenance import RUNLOG_NAME
+    from cube.records.provenance import RUNLOG_NAME
 
     model = argv[argv.index("--model") + 1]
     log = json.loads((out / model / RUNLOG_NAME).read_text(encoding="utf-8").splitlines()[-1])
@@ -316,8 +316,8 @@ def run_lm_eval(python: Path, model_dir: Path, tasks: list[str], folder: Path, o
 
 def agreement(cube_out: Path, lm_out: Path, items, work: Workload) -> tuple[float, float, int, list[str]]:
     """(max |d loglik| per option, argmax agreement, options compared, prompt mismatches)."""
-    from cube.lm_eval_import import find_results, import_runs, read_run, read_samples
-    from cube.records import read_records
+    from cube.records.lm_eval_import import find_results, import_runs, read_run, read_samples
+    from cube.records.store import read_records
 
     runs = [read_run(p) for p in find_results(lm_out)]
     logged = {task.name: {str(s["doc_id"]): [[a["arg_0"], a["arg_1"]] for a in s["arguments"].values()]
@@ -439,7 +439,7 @@ def main() -> int:
     parser.add_argument("--data", help="the CMMLU folder (default: cube's own lookup)")
     args = parser.parse_args()
 
-    from cube.models import ensure_model, model_source, model_tokenizer
+    from cube.harness.models import ensure_model, model_source, model_tokenizer
 
     models = [m for m in args.models.split(",") if m]
     if args.with_15b and "qwen2.5-coder-1.5b-instruct" not in models:

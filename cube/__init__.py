@@ -1,7 +1,20 @@
 """cube: trustworthy multiple-choice LLM evaluation.
 
-The package is a set of flat, one-concern modules. Data flows one way:
-config -> prompts -> backend -> records -> rescoring -> statistics -> notebooks -> book.
+One package per stage of the flow, which runs one way:
+
+    protocol/    items, taxonomy, label sets, prompts, tokenization, benchmark data
+    tokenizers/  registry sources, GGUF, conversion, and the GPU-free audit
+    harness/     runner, scorers, extraction, models, dtype, backends/
+    records/     schema (the scorer groups), store, leakage (audit and scrub), merge,
+                 provenance, lm-eval import
+    analysis/    rescore, confirm, flagged, stats, simulate, credit
+    paper/       figures, charts, book, smoke, claims
+    release/     the release bundle
+
+``commands/`` holds one module per CLI command; ``config``, ``errors``, ``atomic`` and
+``checksums`` are shared by every stage. Imports follow the flow: a stage uses the stages before
+it and ``records/``, the format the harness writes and everything after it reads (the leakage
+rules live there because they define "records without benchmark text").
 """
 
 __version__ = "0.1.0"

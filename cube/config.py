@@ -10,8 +10,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from cube.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -23,16 +21,9 @@ def config_dir() -> Path:
 
 def load_yaml(path: str | Path) -> Any:
     """Read a YAML file, turning every failure into a one-line ConfigError."""
-    path = Path(path)
-    try:
-        with path.open(encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"invalid YAML in {path}{where}") from None
+    from cube.files import read_yaml
+
+    return read_yaml(path, ConfigError, "config file")
 
 
 def load_config(name: str) -> Any:

@@ -2,6 +2,13 @@
 
 Every error a user can cause by bad input is a ``CubeError``: the CLI prints its message as a
 single line and exits non-zero, so messages must name the bad value (file, row, column, spec).
+One subclass per kind of failure, so that a caller can catch what it can act on (a
+``ChecksumError`` means re-fetch; a ``ResumeMismatch`` means a new ``--out``).
+
+``ValueError`` (or ``TypeError``) is right only for a programming error inside cube or in code
+calling its library functions: an argument no user input can produce, such as a negative count
+passed by a notebook. It surfaces as a traceback on purpose. Anything that comes from a file, a
+config, a CLI flag, a registry or a store is a ``CubeError`` subclass.
 """
 
 

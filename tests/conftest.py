@@ -28,14 +28,14 @@ def family_sources() -> dict[str, dict]:
 @pytest.fixture(scope="session")
 def real_tokenizers(family_sources):
     """Every family with an offline source, resolved through cube's own verified fetch."""
-    from cube.sources import resolve_tokenizer
+    from cube.tokenizers.sources import resolve_tokenizer
 
     return {name: resolve_tokenizer(src["spec"], src["sha256"]) for name, src in family_sources.items()}
 
 
 @pytest.fixture(scope="session")
 def qwen3_tokenizer(family_sources):
-    from cube.sources import resolve_tokenizer
+    from cube.tokenizers.sources import resolve_tokenizer
 
     src = family_sources["qwen3"]
     return resolve_tokenizer(src["spec"], src["sha256"])

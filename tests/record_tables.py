@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import numpy as np
 import pyarrow as pa
 
-from cube.records import from_columns
+from cube.records.store import from_columns
 
 
 def fake_qhash(uid: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cube.models import model_source, model_tokenizer
+from cube.harness.models import model_source, model_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MODEL = "smollm2-135m-instruct"

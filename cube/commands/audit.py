@@ -81,8 +81,8 @@ def _wanted_sources(families: list[str] | None, own: dict[str, str], pins: dict[
 
 
 def _audit_family(family: str, offline: dict, label_sets, contexts) -> list:
-    from cube.audit import run_audit
-    from cube.sources import resolve_source
+    from cube.tokenizers.audit import run_audit
+    from cube.tokenizers.sources import resolve_source
 
     try:
         tokenizer = resolve_source(offline)
@@ -98,9 +98,9 @@ def _audit_families(offline_sources: dict[str, dict], label_sets, contexts) -> l
     audit's time, so families load in parallel processes, forked on Linux so that nothing is
     imported twice; with one core or one family, in this process.
     """
-    from concurrent.futures import ProcessPoolExecutor
     import multiprocessing
     import os
+    from concurrent.futures import ProcessPoolExecutor
 
     from tqdm import tqdm
 
@@ -119,9 +119,15 @@ def _audit_families(offline_sources: dict[str, dict], label_sets, contexts) -> l
 
 
 def run(args: argparse.Namespace) -> int:
-    from cube.audit import (cells_to_json, diff_predictions, format_table, load_contexts,
-                            prediction_document, read_prediction)
-    from cube.label_sets import LabelSet, select_label_sets
+    from cube.protocol.label_sets import LabelSet, select_label_sets
+    from cube.tokenizers.audit import (
+        cells_to_json,
+        diff_predictions,
+        format_table,
+        load_contexts,
+        prediction_document,
+        read_prediction,
+    )
 
     if args.freeze and Path(args.freeze).is_dir():  # checked before any tokenizer is fetched
         raise ConfigError(f"--freeze {args.freeze} is a folder; give the prediction file to write")

@@ -76,7 +76,7 @@ def shown(path) -> str:
 def run_execute(args: argparse.Namespace) -> int:
     from papermill.exceptions import PapermillExecutionError
 
-    from cube.book import EXECUTED_DIR, execute_notebook, load_plan, missing_data, reader_run, select_runs
+    from cube.paper.book import EXECUTED_DIR, execute_notebook, load_plan, missing_data, reader_run, select_runs
 
     out_dir = args.out if args.out is not None else EXECUTED_DIR
     overrides = parse_params(args.param)
@@ -101,9 +101,9 @@ def run_execute(args: argparse.Namespace) -> int:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from cube.book import EXECUTED_DIR, build_book, html_dir, load_plan, missing_outputs, prepare_assets
     from cube.config import REPO_ROOT
     from cube.errors import ConfigError
+    from cube.paper.book import EXECUTED_DIR, build_book, html_dir, load_plan, missing_outputs, prepare_assets
 
     missing = missing_outputs(load_plan(), EXECUTED_DIR)
     if missing:

@@ -34,8 +34,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from cube.audit import read_prediction
-    from cube.confirm import (
+    from cube.analysis.confirm import (
         confirm,
         format_effects,
         format_report,
@@ -45,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
         tiebreak_effects,
     )
     from cube.errors import ConfigError
-    from cube.records import read_manifest
+    from cube.records.store import read_manifest
+    from cube.tokenizers.audit import read_prediction
 
     extra = {}
     for pair in args.family:

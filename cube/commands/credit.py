@@ -62,13 +62,13 @@ def register(subparsers) -> None:
 
 
 def _number(text: str, what: str):
-    from cube.credit import to_fraction
+    from cube.analysis.credit import to_fraction
 
     return to_fraction(text, what)
 
 
 def run_expected(args: argparse.Namespace) -> int:
-    from cube.credit import (
+    from cube.analysis.credit import (
         additive_scheme,
         correct_count_distribution,
         decimal_text,
@@ -98,7 +98,7 @@ def run_expected(args: argparse.Namespace) -> int:
 
 
 def run_baseline(args: argparse.Namespace) -> int:
-    from cube.credit import decimal_text, exact_text, load_exam, random_guess_baseline
+    from cube.analysis.credit import decimal_text, exact_text, load_exam, random_guess_baseline
 
     exam = load_exam(args.exam)
     base = random_guess_baseline(exam)
@@ -124,7 +124,7 @@ def run_baseline(args: argparse.Namespace) -> int:
 
 
 def run_best_fixed(args: argparse.Namespace) -> int:
-    from cube.credit import (
+    from cube.analysis.credit import (
         best_fixed_answers,
         decimal_text,
         expected_score,
@@ -165,7 +165,7 @@ def run_best_fixed(args: argparse.Namespace) -> int:
 
 
 def run_percentile(args: argparse.Namespace) -> int:
-    from cube.credit import decimal_text, percentile_rank, read_histogram, score_for_percentile
+    from cube.analysis.credit import decimal_text, percentile_rank, read_histogram, score_for_percentile
     from cube.errors import ConfigError
 
     if args.score is None and args.reach is None:
@@ -192,12 +192,12 @@ def run_percentile(args: argparse.Namespace) -> int:
 
 
 def run_gap(args: argparse.Namespace) -> int:
-    from cube.credit import credit_gap, decimal_text, exact_text, read_judgments, resolve_scheme
+    from cube.analysis.credit import credit_gap, decimal_text, exact_text, read_judgments, resolve_scheme
 
     scheme = resolve_scheme(args.scheme)
     if Path(args.judgments).is_dir():  # harness records: TF rows, one group per item
-        from cube.credit import judgments_from_records
-        from cube.records import read_records
+        from cube.analysis.credit import judgments_from_records
+        from cube.records.store import read_records
 
         counts = judgments_from_records(read_records(args.judgments))
     else:

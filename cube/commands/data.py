@@ -30,8 +30,9 @@ def register(subparsers) -> None:
 
 
 def fetch(args: argparse.Namespace) -> int:
-    from cube.data import fetch as fetch_release, release
-    from cube.items import data_home
+    from cube.protocol.data import fetch as fetch_release
+    from cube.protocol.data import release
+    from cube.protocol.items import data_home
 
     release(args.benchmark)  # an unknown name fails before anything is read or downloaded
     if args.source is not None and not args.source.exists():
@@ -39,7 +40,7 @@ def fetch(args: argparse.Namespace) -> int:
 
         raise SourceError(f"--from {args.source}: no such file or folder")
     target = fetch_release(args.benchmark, data_home(), args.source, args.sha256, args.force)
-    from cube.data import installed_manifest
+    from cube.protocol.data import installed_manifest
 
     manifest = installed_manifest(target)
     print(f"{args.benchmark}: {len(manifest['files'])} files verified and installed in {target} "
@@ -48,8 +49,8 @@ def fetch(args: argparse.Namespace) -> int:
 
 
 def list_benchmarks(args: argparse.Namespace) -> int:
-    from cube.data import installed_manifest, releases
-    from cube.items import data_home, find_benchmark_root
+    from cube.protocol.data import installed_manifest, releases
+    from cube.protocol.items import data_home, find_benchmark_root
 
     print(f"data home: {data_home()} ($CUBE_DATA; remove a benchmark's folder there to clear it)")
     for name in releases():
@@ -64,8 +65,8 @@ def list_benchmarks(args: argparse.Namespace) -> int:
 
 
 def verify(args: argparse.Namespace) -> int:
-    from cube.data import release, verify_installed
-    from cube.items import data_home
+    from cube.protocol.data import release, verify_installed
+    from cube.protocol.items import data_home
 
     release(args.benchmark)
     n = verify_installed(data_home() / args.benchmark)

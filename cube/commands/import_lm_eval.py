@@ -48,8 +48,8 @@ def _tokenizer(args: argparse.Namespace, runs):
     """(tokenizer, its source spec), or (None, None) with --no-audit; a failure names the spec."""
     from cube.config import load_config
     from cube.errors import CubeError, HarnessImportError
-    from cube.lm_eval_import import tokenizer_spec
-    from cube.sources import resolve_source
+    from cube.records.lm_eval_import import tokenizer_spec
+    from cube.tokenizers.sources import resolve_source
 
     if args.no_audit:
         return None, None
@@ -66,12 +66,21 @@ def _tokenizer(args: argparse.Namespace, runs):
 
 
 def run(args: argparse.Namespace) -> int:
-    from cube.confirm import model_families
-    from cube.items import default_benchmark_root, load_items
-    from cube.lm_eval_import import (BENCHMARK_SPLITS, benchmark_of, check_metadata_clean,
-                                     find_results, format_report, import_runs, model_name,
-                                     read_run, report_json, write_store)
+    from cube.analysis.confirm import model_families
     from cube.errors import HarnessImportError
+    from cube.protocol.items import default_benchmark_root, load_items
+    from cube.records.lm_eval_import import (
+        BENCHMARK_SPLITS,
+        benchmark_of,
+        check_metadata_clean,
+        find_results,
+        format_report,
+        import_runs,
+        model_name,
+        read_run,
+        report_json,
+        write_store,
+    )
 
     if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
         raise HarnessImportError(f"--out {args.out} exists and is not an empty folder; give a new one")

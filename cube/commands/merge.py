@@ -19,7 +19,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cube.merge import merge_runs
+    from cube.records.merge import merge_runs
 
     plan = merge_runs(args.out, args.inputs)
     print(f"copied {len(plan.copies)} shards into {args.out} ({plan.identical} already there, identical)",

@@ -7,7 +7,7 @@ offset, never the leaked text: the report itself is meant to be shareable.
 
 ``cube release build RECORDS --out BUNDLE`` scrubs the records against their own items, refuses
 (exit 2) if the audit still finds a hit, and writes ``BUNDLE/`` and ``BUNDLE.tar.gz`` (see
-``cube.release``). ``cube release verify BUNDLE [--items ITEMS]`` re-checks every checksum and,
+``cube.release.bundle``). ``cube release verify BUNDLE [--items ITEMS]`` re-checks every checksum and,
 given the items, re-runs the audit; exit 1 names each file that fails.
 """
 
@@ -98,9 +98,9 @@ def register(subparsers) -> None:
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from cube import leakage
-    from cube.items import default_benchmark_root, load_cmmlu
-    from cube.release import audit_parquet, open_parquet, parquet_files
+    from cube.protocol.items import default_benchmark_root, load_cmmlu
+    from cube.records import leakage
+    from cube.release.bundle import audit_parquet, open_parquet, parquet_files
 
     for name in ("window", "min_option_chars", "min_question_chars", "stock_items"):
         if getattr(args, name) < 1:
@@ -138,7 +138,7 @@ def run_audit(args: argparse.Namespace) -> int:
 
 
 def _items(root: Path | None):
-    from cube.items import default_benchmark_root, load_cmmlu
+    from cube.protocol.items import default_benchmark_root, load_cmmlu
 
     return load_cmmlu(default_benchmark_root("cmmlu", root), splits=("dev", "test"))
 
@@ -146,9 +146,8 @@ def _items(root: Path | None):
 def run_build(args: argparse.Namespace) -> int:
     import time
 
-    from cube.release import build_bundle
-
     from cube.config import REPO_ROOT
+    from cube.release.bundle import build_bundle
 
     start = time.perf_counter()
     prediction = args.prediction if args.prediction is not None else REPO_ROOT / DEFAULT_PREDICTION
@@ -165,7 +164,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from cube.release import verify_bundle
+    from cube.release.bundle import verify_bundle
 
     items = _items(args.items) if args.items is not None else None
     report = verify_bundle(args.bundle, items)

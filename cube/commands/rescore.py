@@ -68,11 +68,11 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 
 def load(path: str, args: argparse.Namespace, columns=()):
     """Read a records folder with the checks the options ask for."""
-    from cube.records import read_records
+    from cube.records.store import read_records
 
     items = None
     if args.items:
-        from cube.items import load_items
+        from cube.protocol.items import load_items
 
         benchmark, _, splits = args.items.partition("/")
         items = load_items(benchmark, splits=splits or "test")
@@ -81,8 +81,8 @@ def load(path: str, args: argparse.Namespace, columns=()):
 
 
 def _versus_filters(pairs: list[str], base: dict) -> dict:
+    from cube.analysis.rescore import SLICE_FIELDS
     from cube.errors import ConfigError
-    from cube.rescore import SLICE_FIELDS
 
     out = dict(base)
     for pair in pairs:
@@ -139,8 +139,8 @@ def format_regression(regression) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cube.analysis.rescore import calibration, filters_from, regression_table, rescore, select
     from cube.errors import ConfigError
-    from cube.rescore import calibration, filters_from, regression_table, rescore, select
 
     table = load(args.records, args, columns=("probs",) if args.calibration else ())
     filters = filters_from(vars(args))

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from cube.errors import ConfigError
+from cube.harness.backends import BACKENDS
 
 
 def register(subparsers) -> None:
@@ -27,7 +28,7 @@ def register(subparsers) -> None:
     p.add_argument("--cues", "--contexts", dest="contexts", default="zh_cue", help="answer contexts")
     p.add_argument("--orders", default="original", help="original,shift1,...")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--backend", default="hf", choices=["hf", "vllm"])
+    p.add_argument("--backend", default="hf", choices=list(BACKENDS))
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
                    help="auto (default): bf16 only where the CPU has a native bf16 unit that a probe "
                         "confirms faster, or on a CUDA device with bf16; fp32 otherwise (logged with why)")
@@ -77,7 +78,7 @@ def _at_least_one(args: argparse.Namespace) -> None:
 
 def check_out(out: Path) -> None:
     """``--out`` must be a records store or a new (or empty) folder: checked before a model loads."""
-    from cube.records import MANIFEST_NAME
+    from cube.records.store import MANIFEST_NAME
 
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; it must be a records folder")
@@ -87,7 +88,7 @@ def check_out(out: Path) -> None:
 
 
 def check_contexts(contexts: list[str]) -> None:
-    from cube.prompts import load_templates
+    from cube.protocol.prompts import load_templates
 
     known = load_templates()["contexts"]
     unknown = [c for c in contexts if c not in known]
@@ -104,13 +105,13 @@ def _shard(value: str) -> tuple[int, int]:
 
 
 def build_spec(args: argparse.Namespace):
-    from cube.items import default_benchmark_root, load_items, stratified_sample
-    from cube.label_sets import select_label_sets
-    from cube.prompts import Cell
-    from cube.leakage import build_index
-    from cube.models import model_source
-    from cube.precision import choose_dtype
-    from cube.runner import GENERATION_SCORERS, RunSpec
+    from cube.harness.models import model_source
+    from cube.harness.precision import choose_dtype
+    from cube.harness.runner import GENERATION_SCORERS, RunSpec
+    from cube.protocol.items import default_benchmark_root, load_items, stratified_sample
+    from cube.protocol.label_sets import select_label_sets
+    from cube.protocol.prompts import Cell
+    from cube.records.leakage import build_index
 
     root = default_benchmark_root(args.benchmark, args.data)
     _at_least_one(args)
@@ -153,7 +154,8 @@ def build_spec(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from cube.runner import pending_jobs, run as run_spec
+    from cube.harness.runner import pending_jobs
+    from cube.harness.runner import run as run_spec
 
     check_out(args.out)
     spec = build_spec(args)  # every argument is checked here, before a model loads
@@ -164,16 +166,9 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)
     if not todo:
         return 0
-    if args.backend == "vllm":
-        from cube.backends.vllm import VLLMBackend
+    from cube.harness.backends import open_backend
 
-        backend = VLLMBackend.from_config(args.model, dtype=dtype)
-    else:
-        from cube.backends.hf import HFBackend
-        from cube.models import load_model
-
-        model, tokenizer = load_model(args.model, dtype, args.device)
-        backend = HFBackend(model, tokenizer)
+    backend = open_backend(args.backend, args.model, dtype=dtype, device=args.device)
     log = run_spec(backend, spec, args.out, model_sha256=spec.extra["model_sha256"])
     print(f"wrote {log['records_written']} records in {log['jobs_run']} shards, {log['wall_s']} s", file=sys.stderr)
     return 0

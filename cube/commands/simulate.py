@@ -3,7 +3,7 @@
 cube simulate OUT [--fraction 1.0] [--seed 0] [--prediction data/predictions/audit_frozen.json]
 
 18 sim-<checkpoint> models x 12,925 synthetic items x 11 protocol cells (about 2.56 M records at
-fraction 1). The generative model is documented in cube/simulate.py; the manifest says
+fraction 1). The generative model is documented in cube/analysis/simulate.py; the manifest says
 ``synthetic: true``. Never report these numbers as results.
 """
 
@@ -30,7 +30,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cube.simulate import DEFAULT_PREDICTION, simulate
+    from cube.analysis.simulate import DEFAULT_PREDICTION, simulate
 
     summary = simulate(args.out, fraction=args.fraction, seed=args.seed,
                        prediction=args.prediction or DEFAULT_PREDICTION,

@@ -30,7 +30,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cube.smoke import DEFAULT_PREDICTION, DEFAULT_RECORDS, format_verdicts, run_smoke
+    from cube.paper.smoke import DEFAULT_PREDICTION, DEFAULT_RECORDS, format_verdicts, run_smoke
 
     result = run_smoke(args.records or DEFAULT_RECORDS, args.prediction or DEFAULT_PREDICTION)
     print(format_verdicts(result))

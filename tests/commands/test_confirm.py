@@ -8,7 +8,7 @@ import pytest
 
 from cube import cli
 from cube.config import REPO_ROOT
-from cube.records import write_records
+from cube.records.store import write_records
 from tests.record_tables import record, table
 
 PREDICTION = str(REPO_ROOT / "data" / "predictions" / "audit_frozen.json")

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from cube import cli
-from cube.items import load_cmmlu, stratified_sample
-from cube.records import read_records
-from tests.test_lm_eval_import import write_run
+from cube.protocol.items import load_cmmlu, stratified_sample
+from cube.records.store import read_records
+from tests.records.test_lm_eval_import import write_run
 
 
 @pytest.fixture(scope="module")

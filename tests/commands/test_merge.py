@@ -6,7 +6,7 @@ import argparse
 
 from cube.commands import merge
 from cube.errors import CubeError
-from tests.test_merge import shard_bytes, write_run
+from tests.records.test_merge import shard_bytes, write_run
 
 
 def main(argv: list[str]) -> int:

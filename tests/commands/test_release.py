@@ -15,8 +15,8 @@ import pytest
 
 from cube.cli import main
 from cube.config import REPO_ROOT
-from cube.items import load_cmmlu
-from cube.leakage import normalize_for_match
+from cube.protocol.items import load_cmmlu
+from cube.records.leakage import normalize_for_match
 
 
 @pytest.fixture(scope="module")
@@ -149,8 +149,8 @@ def test_python_dash_m_cube_runs_the_audit(tmp_path, cmmlu_root):
 
 
 def test_cli_defaults_are_the_library_defaults():
-    from cube import leakage
     from cube.cli import build_parser
+    from cube.records import leakage
 
     args = build_parser().parse_args(["release", "audit", "records.parquet"])
     assert (args.window, args.min_option_chars, args.min_question_chars, args.stock_items) == (
@@ -161,8 +161,8 @@ def test_cli_defaults_are_the_library_defaults():
 
 
 def write_store(folder, items, generations):
-    """A records store (cube.records) of real uids/qhashes with the given M6 generations."""
-    from cube.records import write_records as write_store_records
+    """A records store (cube.records.store) of real uids/qhashes with the given M6 generations."""
+    from cube.records.store import write_records as write_store_records
     from tests.record_tables import record, table
 
     rows = []

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from cube import cli
-from cube.records import write_records
+from cube.records.store import write_records
 from tests.record_tables import record, scores_for, table
 
 
@@ -97,7 +97,7 @@ def test_bad_slices_are_one_line_errors(run, store, argv, message):
 def test_corrupt_store_is_exit_2_and_no_verify_skips_only_the_checksum(run, store):
     from pathlib import Path
 
-    from cube.records import MANIFEST_NAME
+    from cube.records.store import MANIFEST_NAME
 
     manifest_path = Path(store) / MANIFEST_NAME
     manifest = json.loads(manifest_path.read_text())

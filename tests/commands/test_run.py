@@ -36,7 +36,7 @@ def test_bad_arguments_are_one_line_errors(tmp_path, argv, needle):
 @pytest.mark.registry
 def test_real_model_run_writes_records_and_resumes(tmp_path, capsys):
     pytest.importorskip("torch")
-    from cube.records import read_records
+    from cube.records.store import read_records
 
     out = tmp_path / "records"
     argv = ["run", "--model", "smollm2-135m-instruct", "--subjects", "anatomy,virology", "--sample", "2",
@@ -77,12 +77,12 @@ def test_within_draws_the_subset_from_the_full_sample():
 
 
 def _no_model_loads(monkeypatch):
-    import cube.models
+    import cube.harness.models
 
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded although an argument is bad")
 
-    monkeypatch.setattr(cube.models, "load_model", refuse)
+    monkeypatch.setattr(cube.harness.models, "load_model", refuse)
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -126,7 +126,7 @@ def test_out_must_be_a_records_folder_before_any_model_loads(tmp_path, monkeypat
 def test_real_model_resume_under_another_configuration_is_refused(tmp_path, monkeypatch, capsys):
     """The issue's repro: agronomy, then the same store with anatomy, another sample or seed."""
     pytest.importorskip("torch")
-    from cube.records import read_records
+    from cube.records.store import read_records
 
     out = str(tmp_path / "K")
     argv = ["run", "--model", "smollm2-135m-instruct", "--label-sets", "L1_halfwidth", "--scorers", "M1-seq",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cube import cli
-from cube.records import read_manifest
+from cube.records.store import read_manifest
 
 
 @pytest.fixture

@@ -1,0 +1,567 @@
+"""Rescoring stored records: accuracy of any protocol slice, without a model.
+
+A *cell* is one protocol on one model: (model, benchmark, scorer, label set, context, shots,
+order). Every function groups by cell first, so a slice that spans several cells (say, all label
+sets of one model) gives one accuracy per cell and never pools different protocols by accident.
+
+Levels, each with a 95% interval:
+
+* subject: pooled accuracy over the subject's items, Wilson interval;
+* category (and the taxonomy's named subsets, e.g. C-Eval Hard): *micro* = pooled over the
+  items of the category's subjects (Wilson), *macro* = the unweighted mean of its subjects'
+  accuracies, with the stratified normal interval ``mean ± z * sqrt(sum p_s(1 - p_s)/n_s) / S``
+  (the variance of a mean of independent subject proportions; Wilson has no macro analogue);
+* overall: micro and macro over all subjects.
+
+A parse failure (M6, no answer extracted) counts as not correct, and is also reported on its
+own: a model that answers wrongly and one that answers unparseably are different findings.
+
+Also here, because each is "accuracy of a slice, compared": the per-subject regression table
+between two one-cell slices (deltas, McNemar, paired bootstrap), the expected calibration error
+per cell, and the footrule between two protocols' model rankings in units of the noise floor.
+
+All counting is ``np.bincount`` over group ids; nothing loops over records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cube.analysis.stats import (
+    Binning,
+    NoiseFloor,
+    average_ranks,
+    expected_calibration_error,
+    footrule,
+    footrule_has_power,
+    footrule_multiple,
+    footrule_normalisation,
+    footrule_verdict,
+    mcnemar_exact,
+    paired_bootstrap_ci,
+    paired_noise_floor,
+    wilson_interval,
+)
+from cube.errors import ConfigError, RecordsError
+from cube.protocol.taxonomy import Taxonomy, load_taxonomy, taxonomy_for_benchmark
+from cube.records.schema import GENERATION_RECORD_SCORERS
+from cube.records.store import column_codes, group_ids, list_matrix
+
+SLICE_FIELDS = ("model", "scorer", "label_set", "shots", "order", "context")
+CELL_COLUMNS = ("model", "benchmark", "scorer", "label_set", "context", "shots", "order")
+LEVELS = ("subject", "category", "overall")
+PARSE_FAILURE_WARNING = 0.02  # a generation protocol above this rate gets a visible warning
+
+
+# --------------------------------------------------------------------------------------------
+# Slicing
+# --------------------------------------------------------------------------------------------
+
+
+def select(table: pa.Table, **filters: Any) -> pa.Table:
+    """Rows matching every filter; a filter is one value or a sequence of allowed values.
+
+    ``None`` leaves a field free. Fields: model, scorer, label_set, shots, order, context.
+    """
+    mask = None
+    for name, wanted in filters.items():
+        if name not in SLICE_FIELDS:
+            raise ConfigError(f"cannot slice on {name!r}; fields: {', '.join(SLICE_FIELDS)}")
+        if wanted is None:
+            continue
+        values = [wanted] if isinstance(wanted, (str, int)) else list(wanted)
+        if name == "shots":
+            try:
+                values = [int(v) for v in values]
+            except ValueError:
+                raise ConfigError(f"shots must be integers, got {values!r}") from None
+        column = table.column(name)
+        test = pc.is_in(column, value_set=pa.array(values, type=column.type))
+        mask = test if mask is None else pc.and_(mask, test)
+    return table if mask is None else table.filter(mask)
+
+
+# --------------------------------------------------------------------------------------------
+# Accuracy at each level
+# --------------------------------------------------------------------------------------------
+
+RESULT_COLUMNS = (
+    *CELL_COLUMNS, "level", "group", "aggregation", "n_subjects", "n", "n_correct",
+    "n_parse_failed", "accuracy", "ci_lo", "ci_hi", "parse_failure_rate",
+)
+
+
+@dataclass(frozen=True)
+class SubjectCounts:
+    """Per (cell, subject) counts: the small table every higher level is computed from."""
+
+    cells: list[tuple]  # one key tuple per cell, in CELL_COLUMNS order
+    cell: np.ndarray  # cell index of each (cell, subject) row
+    subject: list[str]
+    n: np.ndarray
+    n_correct: np.ndarray
+    n_parse_failed: np.ndarray
+
+
+def subject_counts(table: pa.Table) -> SubjectCounts:
+    if table.num_rows == 0:
+        raise ConfigError("no records in this slice")
+    ids, keys = group_ids(table, (*CELL_COLUMNS, "subject"))
+    n = np.bincount(ids, minlength=len(keys))
+    correct = np.bincount(
+        ids, weights=table.column("correct").to_numpy().astype(np.float64), minlength=len(keys)
+    ).astype(np.int64)
+    failed = np.bincount(
+        ids, weights=table.column("parse_failed").to_numpy().astype(np.float64), minlength=len(keys)
+    ).astype(np.int64)
+    cell_of_key: dict[tuple, int] = {}
+    cell = np.array([cell_of_key.setdefault(k[:-1], len(cell_of_key)) for k in keys], np.int64)
+    return SubjectCounts(
+        list(cell_of_key), cell, [k[-1] for k in keys], n, correct, failed
+    )
+
+
+def _z(level: float) -> float:
+    return NormalDist().inv_cdf(0.5 + level / 2.0)
+
+
+def _rows(
+    counts: SubjectCounts,
+    cell: np.ndarray,
+    level: str,
+    group: list[str],
+    aggregation: str,
+    n_subjects: np.ndarray,
+    n: np.ndarray,
+    k: np.ndarray,
+    failed: np.ndarray,
+    accuracy: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> dict[str, list]:
+    cell_keys = [counts.cells[int(c)] for c in cell]
+    out: dict[str, list] = {
+        name: [key[i] for key in cell_keys] for i, name in enumerate(CELL_COLUMNS)
+    }
+    out.update(
+        level=[level] * len(cell), group=list(group), aggregation=[aggregation] * len(cell),
+        n_subjects=n_subjects.tolist(), n=n.tolist(), n_correct=k.tolist(),
+        n_parse_failed=failed.tolist(), accuracy=accuracy.tolist(), ci_lo=lo.tolist(),
+        ci_hi=hi.tolist(), parse_failure_rate=(failed / n).tolist(),
+    )
+    return out
+
+
+def _subject_level(counts: SubjectCounts, level: float) -> dict[str, list]:
+    lo, hi = wilson_interval(counts.n_correct, counts.n, level)
+    return _rows(
+        counts, counts.cell, "subject", counts.subject, "pooled", np.ones_like(counts.n),
+        counts.n, counts.n_correct, counts.n_parse_failed, counts.n_correct / counts.n, lo, hi,
+    )
+
+
+def _aggregate(
+    counts: SubjectCounts, member_row: np.ndarray, member_group: list[str], level_name: str,
+    level: float,
+) -> list[dict[str, list]]:
+    """Micro and macro rows for each (cell, group) from (subject row, group) memberships."""
+    if member_row.size == 0:
+        return []
+    group_names, group_index = np.unique(np.asarray(member_group, dtype=str), return_inverse=True)
+    n_groups = len(group_names)
+    key = counts.cell[member_row] * n_groups + group_index.reshape(-1)
+    uniq, inverse = np.unique(key, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    cell, group = uniq // n_groups, [str(group_names[g]) for g in uniq % n_groups]
+    size = len(uniq)
+
+    def total(values: np.ndarray) -> np.ndarray:
+        return np.bincount(inverse, weights=values[member_row].astype(np.float64), minlength=size)
+
+    n, k, failed = total(counts.n), total(counts.n_correct), total(counts.n_parse_failed)
+    subjects = np.bincount(inverse, minlength=size)
+    lo, hi = wilson_interval(k, n, level)
+    micro = _rows(counts, cell, level_name, group, "micro", subjects, n.astype(np.int64),
+                  k.astype(np.int64), failed.astype(np.int64), k / n, lo, hi)
+
+    p = counts.n_correct / counts.n
+    variance_terms = p * (1.0 - p) / counts.n
+    mean = np.bincount(inverse, weights=p[member_row], minlength=size) / subjects
+    half = _z(level) * np.sqrt(
+        np.bincount(inverse, weights=variance_terms[member_row], minlength=size)
+    ) / subjects
+    macro = _rows(counts, cell, level_name, group, "macro", subjects, n.astype(np.int64),
+                  k.astype(np.int64), failed.astype(np.int64), mean,
+                  np.clip(mean - half, 0.0, 1.0), np.clip(mean + half, 0.0, 1.0))
+    return [micro, macro]
+
+
+def _category_memberships(
+    counts: SubjectCounts, taxonomy: Taxonomy | str | None
+) -> tuple[np.ndarray, list[str], frozenset[str]]:
+    """(subject row, category or named group) pairs; a two-category subject appears twice."""
+    bench_index = CELL_COLUMNS.index("benchmark")
+    loaded: dict[str, Taxonomy] = {}
+
+    def taxonomy_of(benchmark: str) -> Taxonomy:
+        if isinstance(taxonomy, Taxonomy):
+            return taxonomy
+        name = taxonomy or taxonomy_for_benchmark(benchmark)
+        if name not in loaded:
+            loaded[name] = load_taxonomy(name)
+        return loaded[name]
+
+    rows, groups = [], []
+    # A loop over (cell, subject) rows, a few thousand at paper scale; never over records.
+    for row, (cell, subject) in enumerate(zip(counts.cell, counts.subject)):
+        tax = taxonomy_of(counts.cells[int(cell)][bench_index])
+        for category in tax.categories_of(subject):
+            rows.append(row)
+            groups.append(category)
+        for name, members in tax.groups.items():
+            if subject in members:
+                rows.append(row)
+                groups.append(name)
+    named = frozenset(name for tax in loaded.values() for name in tax.groups)
+    if isinstance(taxonomy, Taxonomy):
+        named = frozenset(taxonomy.groups)
+    return np.asarray(rows, dtype=np.int64), groups, named
+
+
+def _concat(parts: list[dict[str, list]], named_groups: frozenset[str] = frozenset()) -> pa.Table:
+    """One table, rows ordered by cell, then categories before named subsets, then name."""
+    columns = {name: [v for part in parts for v in part[name]] for name in RESULT_COLUMNS}
+    columns["shots"] = pa.array(columns["shots"], type=pa.int8())
+    named = [g in named_groups for g in columns["group"]]
+    table = pa.table({**columns, "_named": named})
+    order = [(c, "ascending") for c in (*CELL_COLUMNS, "_named", "group", "aggregation")]
+    return table.sort_by(order).drop_columns(["_named"])
+
+
+@dataclass(frozen=True)
+class Rescored:
+    """Accuracy rows (``RESULT_COLUMNS``) and the warnings a reader must see."""
+
+    rows: pa.Table
+    warnings: list[str]
+
+
+def parse_failure_warnings(
+    counts: SubjectCounts, threshold: float = PARSE_FAILURE_WARNING
+) -> list[str]:
+    """One warning per generation cell whose parse-failure rate exceeds ``threshold``.
+
+    Judged per cell (not per subject, where a single failure in 20 items would already trip it).
+    """
+    n = np.bincount(counts.cell, weights=counts.n, minlength=len(counts.cells))
+    failed = np.bincount(counts.cell, weights=counts.n_parse_failed, minlength=len(counts.cells))
+    scorer_index = CELL_COLUMNS.index("scorer")
+    warnings = []
+    for index, key in enumerate(counts.cells):
+        rate = failed[index] / n[index]
+        if key[scorer_index] in GENERATION_RECORD_SCORERS and rate > threshold:
+            cell = ", ".join(f"{name}={value}" for name, value in zip(CELL_COLUMNS, key))
+            warnings.append(
+                f"WARNING: parse failures {rate:.1%} ({int(failed[index])}/{int(n[index])}) "
+                f"exceed {threshold:.0%} in {cell}; these are counted as not correct and "
+                "reported separately"
+            )
+    return warnings
+
+
+def rescore(
+    table: pa.Table,
+    level: str = "subject",
+    taxonomy: Taxonomy | str | None = None,
+    confidence: float = 0.95,
+) -> Rescored:
+    """Accuracy with its interval for every cell in ``table`` at ``level``.
+
+    ``taxonomy`` (a loaded one, or ``"cmmlu"``/``"ceval"``) groups subjects into categories;
+    by default each cell uses its benchmark's own taxonomy.
+    """
+    if level not in LEVELS:
+        raise ConfigError(f"unknown level {level!r}; levels: {', '.join(LEVELS)}")
+    counts = subject_counts(table)
+    named: frozenset[str] = frozenset()
+    if level == "subject":
+        parts = [_subject_level(counts, confidence)]
+    elif level == "category":
+        rows, groups, named = _category_memberships(counts, taxonomy)
+        parts = _aggregate(counts, rows, groups, "category", confidence)
+    else:
+        rows = np.arange(len(counts.subject), dtype=np.int64)
+        parts = _aggregate(counts, rows, ["all"] * len(rows), "overall", confidence)
+    return Rescored(_concat(parts, named), parse_failure_warnings(counts))
+
+
+def calibration(
+    table: pa.Table, n_bins: int = 10, binning: Binning = "width"
+) -> pa.Table:
+    """Expected calibration error of every scored (non-generation) cell, from ``probs``.
+
+    Generation cells are left out: their ``probs`` are not an option distribution the model
+    gave. One ``expected_calibration_error`` call per cell (a few hundred at paper scale).
+    """
+    if "probs" not in table.column_names:
+        raise ConfigError("calibration needs the probs column; read the records with it")
+    scored = table.filter(pc.invert(pc.is_in(table.column("scorer"),
+                                             value_set=pa.array(GENERATION_RECORD_SCORERS))))
+    if scored.num_rows == 0:
+        raise ConfigError("no scored (non-generation) records in this slice")
+    ids, keys = group_ids(scored, CELL_COLUMNS)
+    probs = list_matrix(scored, "probs").astype(np.float64)
+    gold = scored.column("gold").to_numpy().astype(np.int64)
+    order = np.argsort(ids, kind="stable")
+    bounds = np.searchsorted(ids[order], np.arange(len(keys) + 1))
+    out: dict[str, list] = {name: [] for name in (*CELL_COLUMNS, "n", "ece")}
+    for g, key in enumerate(keys):
+        rows = order[bounds[g]:bounds[g + 1]]
+        p = probs[rows] / probs[rows].sum(axis=1, keepdims=True)  # float32 storage rounding
+        for name, value in zip(CELL_COLUMNS, key):
+            out[name].append(value)
+        out["n"].append(int(rows.size))
+        out["ece"].append(expected_calibration_error(p, gold[rows], n_bins, binning))
+    out["shots"] = pa.array(out["shots"], type=pa.int8())
+    return pa.table(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Two slices on the same items
+# --------------------------------------------------------------------------------------------
+
+
+def _describe_cells(table: pa.Table) -> str:
+    _, keys = group_ids(table, CELL_COLUMNS)
+    shown = "; ".join(", ".join(f"{n}={v}" for n, v in zip(CELL_COLUMNS, k)) for k in keys[:3])
+    return f"{len(keys)} cells ({shown}{'; ...' if len(keys) > 3 else ''})"
+
+
+def one_per_item(table: pa.Table, name: str) -> pa.Table:
+    """Check that a slice holds one record per item, i.e. exactly one protocol cell."""
+    if table.num_rows == 0:
+        raise ConfigError(f"slice {name} has no records")
+    codes, uids = column_codes(table, "uid")
+    if len(uids) != table.num_rows:
+        raise ConfigError(
+            f"slice {name} holds {table.num_rows} records for {len(uids)} items; it spans "
+            f"{_describe_cells(table)}: narrow it to one cell"
+        )
+    return table
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Outcomes of two slices on their common items, aligned by uid."""
+
+    uid: list[str]
+    subject: np.ndarray  # object array of subject names
+    correct_a: np.ndarray
+    correct_b: np.ndarray
+    only_a: int  # items slice A has and B lacks
+    only_b: int
+
+
+def pair(table_a: pa.Table, table_b: pa.Table) -> Paired:
+    """Align two one-cell slices by uid; items only one slice has are counted, then dropped."""
+    one_per_item(table_a, "A")
+    one_per_item(table_b, "B")
+    uid_a = table_a.column("uid").combine_chunks()
+    where_b = pc.index_in(uid_a, value_set=table_b.column("uid").combine_chunks())
+    found = where_b.is_valid().to_numpy(zero_copy_only=False)
+    if not found.any():
+        raise ConfigError("slices A and B share no items (uid)")
+    index_b = where_b.to_numpy(zero_copy_only=False)[found].astype(np.int64)
+    correct_a = table_a.column("correct").to_numpy()[found]
+    correct_b = table_b.column("correct").to_numpy()[index_b]
+    subject = np.asarray(table_a.column("subject").to_pylist(), dtype=object)[found]
+    uids = uid_a.filter(pa.array(found)).to_pylist()
+    return Paired(uids, subject, correct_a, correct_b, int((~found).sum()),
+                  table_b.num_rows - int(found.sum()))
+
+
+@dataclass(frozen=True)
+class Regression:
+    """Per-subject change from slice A to slice B, worst first, and the pooled line."""
+
+    rows: pa.Table  # subject, n, acc_a, acc_b, delta, delta_lo, delta_hi, a/b_only_right, p_value
+    overall: dict[str, Any]
+    only_a: int
+    only_b: int
+
+
+def regression_table(
+    table_a: pa.Table, table_b: pa.Table, mid_p: bool = False, B: int = 2000, seed: int = 0
+) -> Regression:
+    """Per-subject accuracy deltas ``B - A`` with exact McNemar p-values, worst first.
+
+    Sorted by delta ascending (largest drop on top), then by p-value, then by subject, so the
+    subjects that got worse, and most surely so, are what a reader sees first. p-values are
+    per subject and not corrected for the number of subjects; read them as a screen. Each delta
+    also gets a 95% paired-bootstrap interval (``B`` replicates, seeded).
+    """
+    paired = pair(table_a, table_b)
+    subjects, inverse = np.unique(paired.subject.astype(str), return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(subjects) + 1))
+    rows: dict[str, list] = {k: [] for k in (
+        "subject", "n", "acc_a", "acc_b", "delta", "delta_lo", "delta_hi", "a_only_right",
+        "b_only_right", "p_value")}
+    for s, name in enumerate(subjects):  # one McNemar per subject
+        members = order[bounds[s]:bounds[s + 1]]
+        a, b = paired.correct_a[members], paired.correct_b[members]
+        test = mcnemar_exact(a, b, mid_p=mid_p)
+        delta, lo, hi = paired_bootstrap_ci(b, a, B=B, seed=seed)
+        rows["subject"].append(str(name))
+        rows["n"].append(int(members.size))
+        rows["acc_a"].append(float(a.mean()))
+        rows["acc_b"].append(float(b.mean()))
+        rows["delta"].append(delta)
+        rows["delta_lo"].append(lo)
+        rows["delta_hi"].append(hi)
+        rows["a_only_right"].append(test.b)
+        rows["b_only_right"].append(test.c)
+        rows["p_value"].append(test.p_value)
+    ranking = sorted(
+        range(len(subjects)),
+        key=lambda i: (rows["delta"][i], rows["p_value"][i], rows["subject"][i]),
+    )
+    table = pa.table({k: [v[i] for i in ranking] for k, v in rows.items()})
+    test = mcnemar_exact(paired.correct_a, paired.correct_b, mid_p=mid_p)
+    delta, lo, hi = paired_bootstrap_ci(paired.correct_b, paired.correct_a, B=B, seed=seed)
+    overall = {
+        "n": len(paired.uid),
+        "acc_a": float(paired.correct_a.mean()),
+        "acc_b": float(paired.correct_b.mean()),
+        "delta": delta,
+        "delta_lo": lo,
+        "delta_hi": hi,
+        "a_only_right": test.b,
+        "b_only_right": test.c,
+        "p_value": test.p_value,
+    }
+    return Regression(table, overall, paired.only_a, paired.only_b)
+
+
+# --------------------------------------------------------------------------------------------
+# Model rankings under two protocols
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CorrectMatrix:
+    models: list[str]
+    uids: list[str]
+    correct: np.ndarray  # (models, items) bool
+
+
+def correct_matrix(table: pa.Table, models: Sequence[str] | None = None) -> CorrectMatrix:
+    """Models x items outcomes of one protocol, on the items every model answered.
+
+    The slice must hold one record per (model, item), i.e. one protocol cell per model.
+    """
+    if table.num_rows == 0:
+        raise ConfigError("no records in this slice")
+    model_codes, model_names = column_codes(table, "model")
+    uid_codes, uids = column_codes(table, "uid")
+    n_models, n_items = len(model_names), len(uids)
+    flat = model_codes * n_items + uid_codes
+    seen = np.bincount(flat, minlength=n_models * n_items).reshape(n_models, n_items)
+    if seen.max() > 1:
+        raise ConfigError(
+            f"slice holds several records per (model, item); it spans {_describe_cells(table)}: "
+            "narrow it to one protocol"
+        )
+    hits = np.zeros(n_models * n_items, dtype=bool)
+    hits[flat] = table.column("correct").to_numpy()
+    hits = hits.reshape(n_models, n_items)
+    wanted = list(models) if models is not None else sorted(model_names)
+    missing = [m for m in wanted if m not in model_names]
+    if missing:
+        raise ConfigError(f"model {missing[0]!r} has no records in this slice")
+    rows = np.array([model_names.index(m) for m in wanted], dtype=np.int64)
+    complete = seen[rows].all(axis=0)
+    keep = np.flatnonzero(complete)
+    return CorrectMatrix(wanted, [uids[i] for i in keep], hits[np.ix_(rows, keep)])
+
+
+@dataclass(frozen=True)
+class RankingShift:
+    """Observed between-protocol footrule in units of the comparison's noise floor.
+
+    ``floor`` is the paired floor of both protocols (``cube.analysis.stats.paired_noise_floor``: per
+    replicate the noisier protocol's footrule, on the same resamples); ``floor_a`` and
+    ``floor_b`` are each protocol's own, kept to show how far the verdict would depend on
+    which protocol's floor were used.
+    """
+
+    models: list[str]
+    n_items: int
+    accuracy_a: np.ndarray
+    accuracy_b: np.ndarray
+    observed: float
+    floor: NoiseFloor
+    floor_a: NoiseFloor
+    floor_b: NoiseFloor
+    multiple_of_mean: float
+    multiple_of_p95: float
+
+    @property
+    def normalisation(self) -> str:
+        return footrule_normalisation(len(self.models))
+
+    @property
+    def has_power(self) -> bool:
+        return footrule_has_power(self.floor)
+
+    def verdict(self, floor: NoiseFloor | None = None) -> str:
+        """Against the paired floor, or against ``floor`` (e.g. ``floor_a``) to compare."""
+        return footrule_verdict(self.observed, self.floor if floor is None else floor,
+                                len(self.models))
+
+
+def ranking_shift(
+    table_a: pa.Table,
+    table_b: pa.Table,
+    B: int = 1000,
+    seed: int = 0,
+    progress: bool = False,
+) -> RankingShift:
+    """How far protocol B reorders the models of protocol A, against both protocols' noise.
+
+    Both rankings use the same items (those every model answered under both protocols) and
+    integer hit counts, so tied models tie exactly (average ranks, see cube.analysis.stats). The floor
+    is paired: each replicate resamples the common items once and ranks the models under both
+    protocols on that draw, so each comparison has its own floor and the verdict does not
+    depend on which protocol is called A.
+    """
+    models_a = set(column_codes(table_a, "model")[1])
+    models_b = set(column_codes(table_b, "model")[1])
+    models = sorted(models_a & models_b)
+    if len(models) < 2:
+        raise ConfigError(f"the two protocols share {len(models)} model(s); a ranking needs 2")
+    a, b = correct_matrix(table_a, models), correct_matrix(table_b, models)
+    in_b = set(b.uids)
+    common = [uid for uid in a.uids if uid in in_b]  # A's item order: the floor depends on it
+    if not common:
+        raise RecordsError("the two protocols share no item answered by every model")
+    ia = pc.index_in(pa.array(common), value_set=pa.array(a.uids)).to_numpy().astype(np.int64)
+    ib = pc.index_in(pa.array(common), value_set=pa.array(b.uids)).to_numpy().astype(np.int64)
+    ca, cb = a.correct[:, ia], b.correct[:, ib]
+    observed = footrule(average_ranks(ca.sum(axis=1)), average_ranks(cb.sum(axis=1)))
+    floors = paired_noise_floor(ca, cb, B=B, seed=seed, progress=progress)
+    of_mean, of_p95 = footrule_multiple(observed, floors.joint)
+    return RankingShift(models, len(common), ca.mean(axis=1), cb.mean(axis=1), observed,
+                        floors.joint, floors.a, floors.b, of_mean, of_p95)
+
+
+def filters_from(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep only the slice fields of a mapping (e.g. argparse's namespace as a dict)."""
+    return {k: mapping[k] for k in SLICE_FIELDS if mapping.get(k) is not None}

@@ -1,0 +1,1 @@
+"""Scoring models: the runner, the scorers, answer extraction, model loading, dtype choice and the backends."""

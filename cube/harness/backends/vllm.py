@@ -1,0 +1,310 @@
+"""The vLLM backend: the engine users need for 7B-70B checkpoints on GPUs (it also runs on CPU).
+
+cube, not vLLM, decides which tokens are scored. Every continuation is tokenized by the shared
+in-context rule (``cube.harness.backends.base.plan_request``) and sent as token ids
+(``TokensPrompt``), so a boundary merge or a multi-token label means exactly what it means for
+the transformers backend and the naive reference. vLLM's ``prompt_logprobs`` then gives the
+log-probability of each actual prompt token; we keep the continuation's. Text never crosses the
+boundary in either direction (``detokenize=False``; we decode generations with our tokenizer).
+
+What this costs: each continuation is its own prompt, run in full. ``prompt_logprobs`` requests
+bypass vLLM's prefix cache, and forcing the cache on returned wrong log-probabilities for the
+cached positions when it was tried, so the shared context is NOT reused here; vLLM's own
+batching and kernels are what make it fast on a GPU. Identical sequences are sent once.
+
+Greedy generation is ``temperature=0`` with our end-of-sequence ids as stop tokens (and vLLM's
+own EOS rule off), so it stops exactly where the reference's argmax loop stops.
+
+Serving settings (dtype, context length, memory, parallelism, CPU KV cache) come from
+``config/serving.yaml``. On CPU, vLLM starts its engine in a spawned process: a script that
+builds this backend must do so under ``if __name__ == "__main__":``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cube.config import config_dir, load_yaml
+from cube.errors import ConfigError, CubeError
+from cube.harness.backends.base import (
+    Backend,
+    ContinuationLogprobs,
+    ForwardCounter,
+    GenerationResult,
+    ScoreRequest,
+    count_plans,
+    plan_request,
+)
+from cube.protocol.tokenization import Encoder, encode_ids
+
+SERVING_FILE = "serving.yaml"
+DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float32": "float32", "fp32": "float32",
+          "float16": "float16", "fp16": "float16"}
+ALL_CORES = "all"
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    llm: dict[str, Any]  # keyword arguments of vllm.LLM
+    env: dict[str, str]  # engine environment; variables already set win
+
+
+# ---- config/serving.yaml ----------------------------------------------------------------------
+
+def _section(entry: Any, key: str, where: str) -> dict:
+    value = entry.get(key) if isinstance(entry, dict) else None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: `{key}` must be a mapping, got {value!r}")
+    return dict(value)
+
+
+def serving_settings(model: str, dtype: str | None = None, path: str | Path | None = None) -> ServingSettings:
+    """The defaults of ``config/serving.yaml`` overridden by the model's entry, then by ``dtype``.
+
+    ``model`` is a demo model name or a checkpoint folder; a folder is looked up by its name.
+    """
+    path = Path(path) if path is not None else config_dir() / SERVING_FILE
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with `defaults` and `models`")
+    unknown = sorted(set(data) - {"defaults", "models"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown top-level key {unknown[0]!r} (expected defaults, models)")
+    models = data.get("models") or {}
+    if not isinstance(models, dict):
+        raise ConfigError(f"{path}: `models` must be a mapping of model name to settings")
+    name = Path(model).name if Path(model).is_dir() else model
+    entry = models.get(name) or {}
+    llm = {**_section(data.get("defaults"), "llm", f"{path}: defaults"),
+           **_section(entry, "llm", f"{path}: model {name!r}")}
+    env = {**_section(data.get("defaults"), "env", f"{path}: defaults"),
+           **_section(entry, "env", f"{path}: model {name!r}")}
+    if dtype is not None:
+        llm["dtype"] = dtype
+    if "dtype" in llm:
+        if str(llm["dtype"]) not in DTYPES:
+            raise ConfigError(f"{path}: dtype {llm['dtype']!r} for {name!r}; use one of {', '.join(DTYPES)}")
+        llm["dtype"] = DTYPES[str(llm["dtype"])]
+    for key, value in env.items():
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{path}: env.{key} must be a string or number, got {value!r}")
+    return ServingSettings(llm, {str(k): str(v) for k, v in env.items()})
+
+
+def cpu_ranges(cpus: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"``: the form VLLM_CPU_OMP_THREADS_BIND takes."""
+    cpus = sorted(set(cpus))
+    if not cpus:
+        raise CubeError("no CPU available to bind vLLM's threads to")
+    runs = [[cpus[0], cpus[0]]]
+    for cpu in cpus[1:]:
+        if cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
+
+
+def engine_environment(settings: ServingSettings, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables to set before the engine starts: configured ones the environment lacks."""
+    environ = os.environ if environ is None else environ
+    out = {}
+    for key, value in settings.env.items():
+        if key in environ:
+            continue
+        if key == "VLLM_CPU_OMP_THREADS_BIND" and value == ALL_CORES:
+            value = cpu_ranges(sorted(os.sched_getaffinity(0)))
+        out[key] = value
+    return out
+
+
+def check_engine_args(llm_args: dict[str, Any]) -> None:
+    """Refuse a setting vLLM does not know, by name, before a slow engine start fails on it."""
+    from vllm import EngineArgs
+
+    known = {f.name for f in dataclasses.fields(EngineArgs)}
+    unknown = sorted(set(llm_args) - known)
+    if unknown:
+        raise ConfigError(f"{SERVING_FILE}: llm.{unknown[0]} is not a vLLM engine argument")
+
+
+def folder_eos_ids(folder: Path) -> frozenset[int]:
+    """End-of-sequence ids of a checkpoint folder: generation_config.json, else config.json."""
+    ids: set[int] = set()
+    for fname in ("generation_config.json", "config.json"):
+        path = folder / fname
+        if not path.exists():
+            continue
+        value = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
+        if value is not None:
+            ids.update([value] if isinstance(value, int) else value)
+    return frozenset(ids)
+
+
+def model_folder(model: str) -> Path:
+    """A checkpoint folder as given, or a demo model's store folder (converting it on first use)."""
+    if Path(model).is_dir():
+        return Path(model)
+    from cube.harness.models import ensure_model
+
+    return ensure_model(model)
+
+
+# ---- picking log-probabilities out of vLLM's answer --------------------------------------------
+
+def picked_logprobs(prompt_logprobs: Sequence[Any], token_ids: Sequence[int], start: int) -> np.ndarray:
+    """log p(token_ids[k] | token_ids[:k]) for k >= start, from vLLM's per-position dicts.
+
+    Position k of ``prompt_logprobs`` maps token ids to ``Logprob`` objects (position 0 is None:
+    nothing precedes it). With ``prompt_logprobs=0`` each holds the actual token only; with top-k
+    it holds more, so the actual token is picked by id, never by position in the dict.
+    """
+    if len(prompt_logprobs) != len(token_ids):
+        raise CubeError(f"vLLM returned {len(prompt_logprobs)} prompt log-probabilities for {len(token_ids)} tokens")
+    out = np.empty(len(token_ids) - start, dtype=np.float64)
+    for k in range(start, len(token_ids)):
+        entry = prompt_logprobs[k]
+        if entry is None or token_ids[k] not in entry:
+            raise CubeError(f"vLLM returned no log-probability for token {token_ids[k]} at position {k}")
+        out[k - start] = float(entry[token_ids[k]].logprob)
+    return out
+
+
+# ---- the backend -------------------------------------------------------------------------------
+
+class VLLMBackend(Backend):
+    """Scores and generates through a ``vllm.LLM``, sending and receiving token ids only.
+
+    ``batch_size`` is accepted for the interface and ignored: vLLM schedules its own batches
+    (``max_num_seqs``, ``max_num_batched_tokens`` in config/serving.yaml).
+    """
+
+    def __init__(
+        self, llm, tokenizer: Encoder, eos_ids: frozenset[int], add_special_tokens: bool = True,
+        progress: bool = True,
+    ):
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.eos_ids = frozenset(eos_ids)
+        self.add_special_tokens = add_special_tokens
+        self.progress = progress
+        self.max_model_len = int(llm.llm_engine.model_config.max_model_len)
+        self.counter = ForwardCounter()
+
+    @classmethod
+    def from_config(
+        cls, model: str | Path, dtype: str | None = None, settings_path: str | Path | None = None,
+        progress: bool = True, device: str | None = None, **llm_overrides: Any,
+    ) -> VLLMBackend:
+        """Start vLLM on a demo model (by name) or a checkpoint folder, with config/serving.yaml.
+
+        ``device`` is accepted so that every backend opens alike (``open_backend``); vLLM's own
+        build decides where it runs (its CPU or its CUDA wheel).
+
+        A demo model is scored with ``cube.harness.models.model_tokenizer``, exactly as the transformers
+        backend scores it (its converted folder carries the same tokenizer); a checkpoint folder
+        with the folder's own, so both backends score the same token ids.
+        """
+        from transformers import AutoTokenizer
+        from vllm import LLM
+
+        folder = model_folder(str(model))
+        settings = serving_settings(str(model), dtype, settings_path)
+        llm_args = {**settings.llm, **llm_overrides}
+        check_engine_args(llm_args)
+        os.environ.update(engine_environment(settings))
+        if Path(str(model)).is_dir():
+            tokenizer = AutoTokenizer.from_pretrained(folder).backend_tokenizer
+        else:
+            from cube.harness.models import model_source, model_tokenizer
+
+            tokenizer = model_tokenizer(model_source(str(model)))
+        eos = folder_eos_ids(folder)
+        if not eos:
+            raise ConfigError(f"{folder}: no eos_token_id in generation_config.json or config.json")
+        return cls(LLM(model=str(folder), **llm_args), tokenizer, eos, progress=progress)
+
+    def _check_length(self, ids: Sequence[int], extra: int, what: str) -> None:
+        if len(ids) + extra > self.max_model_len:
+            raise CubeError(
+                f"{what} of {len(ids)} tokens (+{extra}) exceeds max_model_len {self.max_model_len}; "
+                f"raise it in config/{SERVING_FILE}"
+            )
+
+    def score(self, requests: list[ScoreRequest], batch_size: int = 16) -> list[list[ContinuationLogprobs]]:
+        from vllm import SamplingParams, TokensPrompt
+
+        plans = [plan_request(self.tokenizer, r, self.add_special_tokens) for r in requests]
+        count_plans(self.counter, plans)
+        unique: dict[tuple[int, ...], int] = {}
+        for plan in plans:
+            for cont in plan.continuations:
+                if cont.continuation_ids and cont.full_ids not in unique:
+                    self._check_length(cont.full_ids, 1, "scored sequence")
+                    unique[cont.full_ids] = len(unique)
+        sequences = list(unique)
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0, detokenize=False)
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=list(s)) for s in sequences], params, use_tqdm=self.progress,
+        ) if sequences else []
+        n_tokens = sum(len(s) for s in sequences)
+        self.counter.forward_tokens += n_tokens
+        self.counter.padded_tokens += n_tokens
+        self.counter.head_rows += n_tokens  # prompt_logprobs needs the logits at every position
+
+        results = []
+        for plan in plans:
+            per_item = []
+            for cont in plan.continuations:
+                if cont.continuation_ids:
+                    out = outputs[unique[cont.full_ids]]
+                    logprobs = picked_logprobs(out.prompt_logprobs, cont.full_ids, cont.prefix_len)
+                else:
+                    logprobs = np.zeros(0, dtype=np.float64)
+                per_item.append(ContinuationLogprobs(cont.continuation_ids, logprobs, cont.boundary_merge))
+            results.append(per_item)
+        return results
+
+    def generate(self, prompts: list[str], max_new_tokens: int, batch_size: int = 8) -> list[GenerationResult]:
+        from vllm import SamplingParams, TokensPrompt
+
+        encoded = [encode_ids(self.tokenizer, p, self.add_special_tokens) for p in prompts]
+        for p, ids in zip(prompts, encoded):
+            if not ids:
+                raise CubeError(f"generation prompt {p!r} has no tokens (empty and no BOS token)")
+            self._check_length(ids, max_new_tokens, "generation prompt")
+        if max_new_tokens < 1 or not prompts:
+            return [GenerationResult("", ()) for _ in prompts]
+        params = SamplingParams(
+            temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=sorted(self.eos_ids),
+            ignore_eos=True,  # stop on OUR eos ids only, exactly like the reference's loop
+            detokenize=False,
+        )
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=list(ids)) for ids in encoded], params, use_tqdm=self.progress,
+        )
+        self.counter.forward_tokens += sum(len(ids) for ids in encoded)
+        results = []
+        for out in outputs:
+            ids = tuple(out.outputs[0].token_ids)
+            if ids and ids[-1] in self.eos_ids:
+                ids = ids[:-1]
+            self.counter.forward_tokens += max(len(ids) - 1, 0)
+            results.append(GenerationResult(self.tokenizer.decode(list(ids)), ids))
+        return results
+
+
+__all__ = [
+    "ServingSettings", "VLLMBackend", "check_engine_args", "cpu_ranges", "engine_environment",
+    "folder_eos_ids", "model_folder", "picked_logprobs", "serving_settings",
+]

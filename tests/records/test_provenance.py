@@ -1,0 +1,107 @@
+"""Run logs, the commands read back from them, and the item sample by uid."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pyarrow as pa
+import pytest
+
+from cube.cli import build_parser
+from cube.errors import RecordsError
+from cube.records.provenance import read_run_logs, run_command, run_rows, sample_by_subject
+
+OLD_LINE = {  # a run log line from before commands were logged
+    "model": "m1", "benchmark": "cmmlu", "split": "test", "sample": 600, "seed": 0, "dtype": "bfloat16",
+    "backend": "hf", "scorers": ["M1-seq", "M1-strict"], "n_items": 600, "jobs_run": 24, "wall_s": 90.5,
+    "records_written": 4800, "items_per_s": 13.2, "versions": {"torch": "2.13.0+cpu"},
+    "cells": [f"{ls}|{ctx}|{n}shot|original" for ls in ("L1_halfwidth", "L4_circled")
+              for ctx in ("zh_cue", "en_label_space") for n in (0, 5)],
+}
+
+
+def write_log(store, model, lines):
+    (store / model).mkdir(parents=True, exist_ok=True)
+    (store / model / "runlog.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_a_rebuilt_command_parses_back_to_the_logged_run():
+    args = build_parser().parse_args(shlex.split(run_command(OLD_LINE))[1:])
+    assert (args.model, args.sample, args.seed, args.dtype) == ("m1", 600, 0, "bfloat16")
+    assert args.label_sets == "L1_halfwidth,L4_circled" and args.contexts == "zh_cue,en_label_space"
+    assert (args.shots, args.orders, args.scorers) == ("0,5", "original", "M1-seq,M1-strict")
+    cells = [f"{ls}|{c}|{n}shot|{o}" for ls in args.label_sets.split(",") for c in args.contexts.split(",")
+             for n in args.shots.split(",") for o in args.orders.split(",")]
+    assert sorted(cells) == sorted(OLD_LINE["cells"])
+
+
+def test_a_logged_command_is_used_as_logged_and_odd_cells_are_refused():
+    assert run_command({**OLD_LINE, "command": "cube run --model m1 --out x"}) == "cube run --model m1 --out x"
+    with pytest.raises(RecordsError, match="not one product"):
+        run_command({**OLD_LINE, "cells": OLD_LINE["cells"][:3]})
+    with pytest.raises(RecordsError, match="label_set|context"):
+        run_command({**OLD_LINE, "cells": ["L1_halfwidth|zh_cue"]})
+
+
+def test_run_logs_are_read_per_model_and_bad_lines_name_the_file(tmp_path):
+    write_log(tmp_path, "m1", [OLD_LINE, {**OLD_LINE, "jobs_run": 0}])
+    write_log(tmp_path, "m2", [{**OLD_LINE, "model": "m2", "wall_s": 9.5}])
+    logs = read_run_logs(tmp_path)
+    assert [e["model"] for e in logs] == ["m1", "m1", "m2"]
+    rows = run_rows(logs)  # a run that only found finished shards did no work: not a row
+    assert [(r["model"], r["wall s"]) for r in rows] == [("m1", 90.5), ("m2", 9.5)]
+    write_log(tmp_path, "m3", [{**OLD_LINE, "model": "other"}])
+    with pytest.raises(RecordsError, match="m3/runlog.jsonl:1: logs model 'other'"):
+        read_run_logs(tmp_path)
+    (tmp_path / "m3" / "runlog.jsonl").write_text("{not json\n")
+    with pytest.raises(RecordsError, match="runlog.jsonl:1: not a JSON line"):
+        read_run_logs(tmp_path)
+
+
+def test_the_sample_is_listed_by_subject_with_each_row_once():
+    uids = ["cmmlu/virology/test/7", "cmmlu/anatomy/test/12", "cmmlu/virology/test/3", "cmmlu/virology/test/7"]
+    rows = sample_by_subject(pa.table({"uid": uids}))
+    assert rows == [
+        {"benchmark": "cmmlu", "split": "test", "subject": "anatomy", "items": 1, "rows": [12]},
+        {"benchmark": "cmmlu", "split": "test", "subject": "virology", "items": 2, "rows": [3, 7]},
+    ]
+    with pytest.raises(RecordsError, match="'cmmlu/virology/7' is not"):
+        sample_by_subject(pa.table({"uid": ["cmmlu/virology/7"]}))
+
+
+def test_logged_protocols_are_the_record_protocols_each_scorer_writes():
+    from cube.records.provenance import logged_protocols
+
+    line = {"model": "m", "scorers": ["M1-seq", "M2", "M6", "M6-cot", "TF"],
+            "cells": ["L1_halfwidth|zh_cue|0shot|original", "L4_circled|zh_cue|5shot|shift1"]}
+    got = logged_protocols([line])
+    assert got == {
+        ("m", "M1-seq", "L1_halfwidth", "zh_cue", 0, "original"), ("m", "M1-seq", "L4_circled", "zh_cue", 5, "shift1"),
+        ("m", "M2", "-", "cloze", 0, "original"), ("m", "TF", "-", "judgement", 0, "original"),
+        *{("m", e, ls, ctx, n, o) for e in ("M6-strict", "M6-lenient") for ls, n, o in
+          (("L1_halfwidth", 0, "original"), ("L4_circled", 5, "shift1")) for ctx in ("zh_cue", "cot")},
+    }
+
+
+def test_archived_run_logs_vouch_for_every_shard_and_a_deleted_cell_is_reported(tmp_path):
+    """Older log lines name no files: their plan is rebuilt from the logged spec (issue 11)."""
+    import shutil
+
+    from cube.config import REPO_ROOT
+    from cube.records.provenance import incomplete_cells, logged_files
+    from cube.records.store import MANIFEST_NAME, read_manifest, read_records
+
+    archive = REPO_ROOT / "data" / "records"
+    listed = read_manifest(archive)["files"]
+    vouched = {name for entry in read_run_logs(archive) for name in logged_files(entry)}
+    assert vouched and vouched <= set(listed) and not incomplete_cells(archive, listed)
+    store = tmp_path / "records"
+    shutil.copytree(archive, store)
+    victim = sorted(n for n in vouched if "--L4_circled__" in n and n.startswith("smollm2"))[0]
+    manifest = json.loads((store / MANIFEST_NAME).read_text())
+    del manifest["files"][victim]  # the shard and its entry removed together: sha256s still agree
+    (store / MANIFEST_NAME).write_text(json.dumps(manifest))
+    (store / victim).unlink()
+    with pytest.raises(RecordsError, match=rf"cells incomplete: {victim.rsplit('--', 1)[0]} \(1 of 12 shards gone"):
+        read_records(store, verify=False)

@@ -1,0 +1,46 @@
+"""``cube.files``: every loader's "read a file, one-line error", raised as the caller's own class."""
+
+import pytest
+import yaml
+
+from cube.errors import ConfigError, ItemsError, RecordsError
+from cube.files import read_json, read_json_lines, read_text, read_yaml
+
+
+def test_a_missing_file_a_folder_and_bad_bytes_are_one_line_each(tmp_path):
+    with pytest.raises(ItemsError, match=r"^subject map not found: .*absent\.json$"):
+        read_json(tmp_path / "absent.json", ItemsError, "subject map")
+    with pytest.raises(ConfigError, match=r"is a folder, not a config file$"):
+        read_yaml(tmp_path, ConfigError, "config file")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    with pytest.raises(RecordsError, match=r"latin1\.txt: manifest is not UTF-8 text \(byte 3\)$"):
+        read_text(tmp_path / "latin1.txt", RecordsError, "manifest")
+
+
+def test_parse_errors_name_the_file_and_the_line(tmp_path):
+    (tmp_path / "bad.json").write_text('{\n "a": 1,\n}\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"bad\.json: frozen prediction is not valid JSON \(line 3: "):
+        read_json(tmp_path / "bad.json", what="frozen prediction")
+    (tmp_path / "bad.yaml").write_text("a: 1\nb: [2\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"invalid YAML in .*bad\.yaml line 3"):
+        read_yaml(tmp_path / "bad.yaml")
+    (tmp_path / "log.jsonl").write_text('{"a": 1}\n\n{"b": \n', encoding="utf-8")
+    with pytest.raises(RecordsError, match=r"log\.jsonl:3: not a JSON line"):
+        read_json_lines(tmp_path / "log.jsonl", RecordsError)
+
+
+def test_values_come_back_parsed_and_blank_lines_are_skipped(tmp_path):
+    (tmp_path / "log.jsonl").write_text('{"a": 1}\n\n[2]\n', encoding="utf-8")
+    assert read_json_lines(tmp_path / "log.jsonl") == [(1, {"a": 1}), (3, [2])]
+    (tmp_path / "c.yaml").write_text("x: 0.1\n", encoding="utf-8")
+    assert read_yaml(tmp_path / "c.yaml") == {"x": 0.1}
+    (tmp_path / "bom.csv").write_text("\ufeffa,b\n", encoding="utf-8")
+    assert read_text(tmp_path / "bom.csv", encoding="utf-8-sig") == "a,b\n"
+
+
+def test_yaml_that_would_build_python_objects_is_refused(tmp_path):
+    (tmp_path / "evil.yaml").write_text("x: !!python/object/apply:os.system ['true']\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="invalid YAML in"):
+        read_yaml(tmp_path / "evil.yaml")
+    with pytest.raises(TypeError, match="is not a SafeLoader"):
+        read_yaml(tmp_path / "evil.yaml", loader=yaml.UnsafeLoader)
