@@ -11,8 +11,10 @@ MODELS=("$@")
 COMMON=(--benchmark cmmlu --split test --seed 0 --out "$OUT" --dtype auto)
 
 # Subset steps draw their items from the 600-item sample (--within 600) so they pair with it. The
-# chain-of-thought and 5-shot records archived in session 2 predate --within (a plain stratified
-# sample, 7 and 16 items shared with the 600); the provenance page lists their exact commands.
+# 5-shot subsets were rerun so in session 4 (written to a new --out, the old cells dropped with
+# scripts/drop_cells.py, then `cube merge data/records data/records NEW`); the chain-of-thought
+# records of smollm2 and gemma still predate --within (7 of 67 items shared with the 600). The
+# book's claim 8 computes which subsets pair; the provenance page lists every exact command.
 # Step-major order, so that an interrupted session leaves every model with the headline cells.
 label_sets_zh() {  # every label set under the Chinese cue: label scorers + cloze (600 items, 67 subjects)
   $CUBE run --model "$1" --sample 600 "${COMMON[@]}" \
