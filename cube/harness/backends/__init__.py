@@ -9,6 +9,7 @@ dtype=, device=)``.
 
 import importlib
 
+from cube.errors import ConfigError
 from cube.harness.backends.base import (
     Backend,
     ContinuationLogprobs,
@@ -16,8 +17,6 @@ from cube.harness.backends.base import (
     GenerationResult,
     ScoreRequest,
 )
-
-from cube.errors import ConfigError
 
 BACKENDS: dict[str, str] = {
     "hf": "cube.harness.backends.hf:HFBackend",  # transformers, CPU or CUDA

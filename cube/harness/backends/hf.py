@@ -25,6 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 from cube.errors import CubeError
+from cube.harness.backends.attention import use_gqa_sdpa
 from cube.harness.backends.base import (
     Backend,
     ContinuationLogprobs,
@@ -37,6 +38,7 @@ from cube.harness.backends.base import (
     plan_request,
     token_batches,
 )
+from cube.harness.backends.kv_cache import preallocate
 from cube.protocol.tokenization import Encoder, encode_ids
 
 
@@ -81,6 +83,7 @@ class HFBackend(Backend):
 
         self.torch = torch
         self.model = model.eval()
+        use_gqa_sdpa(model)  # padded batches on CPU: no KV copy per query head (backends.attention)
         self.body = model.base_model  # the decoder stack without the output layer
         self.head = model.get_output_embeddings()
         self.head_native = self.head.weight.detach()
@@ -297,23 +300,34 @@ class HFBackend(Backend):
         return results  # type: ignore[return-value]
 
     def _greedy(self, prompts: list[tuple[int, ...]], max_new_tokens: int) -> list[tuple[int, ...]]:
+        """Greedy tokens per prompt, batched: the cache is appended to in place (``kv_cache``), and
+        rows that have finished are dropped once they are a quarter of the batch, so a batch does
+        not keep paying for its early finishers until its longest generation ends."""
         torch = self.torch
         ids, mask, positions = self._left_padded(prompts)
         hidden, cache = self._run_body(ids, mask, positions)
+        preallocate(cache, max_new_tokens)
         next_pos = positions[:, -1:] + 1
         out: list[list[int]] = [[] for _ in prompts]
-        done = [False] * len(prompts)
+        rows = list(range(len(prompts)))  # the prompt in each cache row
+        done = [False] * len(rows)
         for step in range(max_new_tokens):
             self.counter.head_rows += hidden.shape[0]
             tokens = self._logits(hidden[:, -1]).argmax(dim=-1).tolist()
-            for b, tok in enumerate(tokens):
-                if not done[b]:
+            for r, tok in enumerate(tokens):
+                if not done[r]:
                     if tok in self.eos_ids:
-                        done[b] = True
+                        done[r] = True
                     else:
-                        out[b].append(tok)
+                        out[rows[r]].append(tok)
             if all(done) or step == max_new_tokens - 1:
                 break
+            if 4 * sum(done) >= len(rows):
+                keep = [r for r, d in enumerate(done) if not d]
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                mask, next_pos = mask[index], next_pos[index]
+                rows, tokens, done = [rows[r] for r in keep], [tokens[r] for r in keep], [False] * len(keep)
             feed = torch.tensor([[self.pad_id if d else t] for t, d in zip(tokens, done)], device=self.device)
             mask = torch.cat([mask, torch.ones_like(feed)], dim=1)
             hidden, cache = self._run_body(feed, mask, next_pos, cache)
