@@ -142,7 +142,7 @@ def cube_workload(spec, tokenizer) -> Workload:
     the requests are the runner's, not a re-derivation of them.
     """
     from cube.harness.backends.base import Backend, ContinuationLogprobs, ForwardCounter, plan_request
-    from cube.harness.runner import RUNNERS, plan_jobs
+    from cube.harness.runner import SCORING_WORK, plan_jobs
 
     work = Workload()
 
@@ -169,7 +169,7 @@ def cube_workload(spec, tokenizer) -> Workload:
     recorder = Recorder()
     for job in plan_jobs(spec):
         recorder.job = job
-        RUNNERS[job.kind](recorder, spec, job)
+        recorder.score(SCORING_WORK[job.kind](spec, job).requests)
     return work
 
 

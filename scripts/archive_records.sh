@@ -11,10 +11,10 @@ MODELS=("$@")
 COMMON=(--benchmark cmmlu --split test --seed 0 --out "$OUT" --dtype auto)
 
 # Subset steps draw their items from the 600-item sample (--within 600) so they pair with it. The
-# 5-shot subsets were rerun so in session 4 (written to a new --out, the old cells dropped with
-# scripts/drop_cells.py, then `cube merge data/records data/records NEW`); the chain-of-thought
-# records of smollm2 and gemma still predate --within (7 of 67 items shared with the 600). The
-# book's claim 8 computes which subsets pair; the provenance page lists every exact command.
+# 5-shot subsets were rerun so in session 4, the chain-of-thought subsets in session 5 (each
+# written to a new --out, the old cells dropped with scripts/drop_cells.py, then
+# `cube merge data/records data/records NEW`). The book's claim 8 computes which subsets pair;
+# the provenance page lists every exact command.
 # Step-major order, so that an interrupted session leaves every model with the headline cells.
 label_sets_zh() {  # every label set under the Chinese cue: label scorers + cloze (600 items, 67 subjects)
   $CUBE run --model "$1" --sample 600 "${COMMON[@]}" \
@@ -36,7 +36,7 @@ true_false() {  # each item as four 对/错 statements: partial-credit groups (1
   $CUBE run --model "$1" --sample 67 "${COMMON[@]}" --scorers TF
 }
 chain_of_thought() {  # M6 chain-of-thought on ABCD for a subset (1 item per subject; 512 new tokens)
-  $CUBE run --model "$1" --sample 67 --within 600 "${COMMON[@]}" --label-sets L1_halfwidth --cues zh_cue --scorers M6-cot
+  $CUBE run --model "$1" --sample 67 --within 600 "${COMMON[@]}" --label-sets L1_halfwidth --cues zh_cue --scorers M6-cot --batch-size 32
 }
 five_shot() {  # 5-shot on ABCD for a subset (2 items per subject)
   $CUBE run --model "$1" --sample 134 --within 600 "${COMMON[@]}" \

@@ -22,7 +22,7 @@ import platform
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -183,33 +183,93 @@ def _as_scores(conts: list[ContinuationLogprobs], texts: tuple[str, ...],
     return out
 
 
-def run_label_job(backend: Backend, spec: RunSpec, job: Job) -> list[dict]:
+@dataclass(frozen=True)
+class ScoringWork:
+    """A scoring job as its requests and what turns their scores into the job's records.
+
+    Split so that every scoring job of one chunk of items goes to the backend in ONE ``score``
+    call: the header and question each item shares across label sets, cloze and the judgement
+    statements then run once (the HF backend's prefix tree), not once per cell.
+    """
+
+    requests: list[ScoreRequest]
+    records: Callable[[list[list[ContinuationLogprobs]]], list[dict]]
+
+
+def label_work(spec: RunSpec, job: Job) -> ScoringWork:
     prompts = [render_prompt(it, job.cell, list(spec.dev_items)) for it in job.items]
-    outs = backend.score([ScoreRequest(p.context, p.label_continuations, p.tokenization) for p in prompts], spec.batch_size)
     key = (job.cell.label_set.name, job.cell.context, job.cell.shots, job.cell.order)
-    rows = []
-    for item, prompt, conts in zip(job.items, prompts, outs):
-        options = _as_scores(conts, prompt.label_continuations)
-        for scorer in LABEL_SCORERS:
-            if scorer in spec.scorers:
-                rows.append(_record(spec.model, item, scorer, key, prompt.gold, SCORERS[scorer](options), conts))
-    return rows
+
+    def records(outs: list[list[ContinuationLogprobs]]) -> list[dict]:
+        rows = []
+        for item, prompt, conts in zip(job.items, prompts, outs):
+            options = _as_scores(conts, prompt.label_continuations)
+            for scorer in LABEL_SCORERS:
+                if scorer in spec.scorers:
+                    rows.append(_record(spec.model, item, scorer, key, prompt.gold, SCORERS[scorer](options), conts))
+        return rows
+
+    return ScoringWork([ScoreRequest(p.context, p.label_continuations, p.tokenization) for p in prompts], records)
 
 
-def run_cloze_job(backend: Backend, spec: RunSpec, job: Job) -> list[dict]:
+def cloze_work(spec: RunSpec, job: Job) -> ScoringWork:
     prompts = [cloze_prompt(it) for it in job.items]
     requests = [ScoreRequest(p.context, p.continuations) for p in prompts]
     need_m5 = "M5" in spec.scorers
     if need_m5:
         requests += [ScoreRequest(p.unconditional_context, p.continuations) for p in prompts]
-    outs = backend.score(requests, spec.batch_size)
-    rows = []
-    for n, (item, prompt) in enumerate(zip(job.items, prompts)):
-        conts = outs[n]
-        options = _as_scores(conts, prompt.continuations, outs[len(prompts) + n] if need_m5 else None)
-        for scorer in CLOZE_SCORERS:
-            if scorer in spec.scorers:
-                rows.append(_record(spec.model, item, scorer, CLOZE_CELL, item.answer, SCORERS[scorer](options), conts))
+
+    def records(outs: list[list[ContinuationLogprobs]]) -> list[dict]:
+        rows = []
+        for n, (item, prompt) in enumerate(zip(job.items, prompts)):
+            conts = outs[n]
+            options = _as_scores(conts, prompt.continuations, outs[len(prompts) + n] if need_m5 else None)
+            for scorer in CLOZE_SCORERS:
+                if scorer in spec.scorers:
+                    rows.append(_record(spec.model, item, scorer, CLOZE_CELL, item.answer, SCORERS[scorer](options), conts))
+        return rows
+
+    return ScoringWork(requests, records)
+
+
+def judgement_work(spec: RunSpec, job: Job) -> ScoringWork:
+    """Each option as a statement judged 对/错: one record per item, one score per statement.
+
+    ``scores[i]`` is log p(true word) - log p(false word) for statement i, so statement i is
+    judged true when it is positive; the item's group of four judgements is what partial-credit
+    schemes score (``cube.analysis.credit.judgments_from_records``). ``pred`` is the statement judged most
+    true, an MCQ answer read off the same pass.
+    """
+    groups = [judgement_prompts(it) for it in job.items]
+
+    def records(outs_list: list[list[ContinuationLogprobs]]) -> list[dict]:
+        outs = iter(outs_list)
+        rows = []
+        for item, group in zip(job.items, groups):
+            margins = []
+            for _ in group:
+                true_word, false_word = next(outs)
+                margins.append(true_word.total - false_word.total)
+            result = decide(np.array(margins))
+            rows.append(_record(spec.model, item, "TF", JUDGEMENT_CELL, item.answer, result, None))
+        return rows
+
+    return ScoringWork([ScoreRequest(j.context, (j.true_word, j.false_word)) for g in groups for j in g], records)
+
+
+SCORING_WORK: dict[str, Callable[[RunSpec, Job], ScoringWork]] = {
+    "label": label_work, "cloze": cloze_work, "tf": judgement_work,
+}
+
+
+def run_scoring_jobs(backend: Backend, spec: RunSpec, jobs: list[Job]) -> list[list[dict]]:
+    """The records of each of ``jobs``, from one ``score`` call over all their requests."""
+    works = [SCORING_WORK[job.kind](spec, job) for job in jobs]
+    outs = backend.score([r for w in works for r in w.requests], spec.batch_size)
+    rows, k = [], 0
+    for work in works:
+        rows.append(work.records(outs[k:k + len(work.requests)]))
+        k += len(work.requests)
     return rows
 
 
@@ -245,34 +305,9 @@ def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> 
     return rows
 
 
-def run_judgement_job(backend: Backend, spec: RunSpec, job: Job) -> list[dict]:
-    """Each option as a statement judged 对/错: one record per item, one score per statement.
-
-    ``scores[i]`` is log p(true word) - log p(false word) for statement i, so statement i is
-    judged true when it is positive; the item's group of four judgements is what partial-credit
-    schemes score (``cube.analysis.credit.judgments_from_records``). ``pred`` is the statement judged most
-    true, an MCQ answer read off the same pass.
-    """
-    groups = [judgement_prompts(it) for it in job.items]
-    requests = [ScoreRequest(j.context, (j.true_word, j.false_word)) for g in groups for j in g]
-    outs = iter(backend.score(requests, spec.batch_size))
-    rows = []
-    for item, group in zip(job.items, groups):
-        margins = []
-        for _ in group:
-            true_word, false_word = next(outs)
-            margins.append(true_word.total - false_word.total)
-        result = decide(np.array(margins))
-        rows.append(_record(spec.model, item, "TF", JUDGEMENT_CELL, item.answer, result, None))
-    return rows
-
-
-RUNNERS = {
-    "label": run_label_job,
-    "cloze": run_cloze_job,
+GENERATION_RUNNERS = {
     "gen": lambda b, s, j: run_generation_job(b, s, j, cot=False),
     "cot": lambda b, s, j: run_generation_job(b, s, j, cot=True),
-    "tf": run_judgement_job,
 }
 
 
@@ -350,6 +385,19 @@ def clean_temp_files(spec: RunSpec, out: Path) -> list[Path]:
     return removed
 
 
+def job_groups(jobs: list[Job]) -> list[list[Job]]:
+    """The scoring jobs of each chunk of items together (one ``score`` call each), chunk by chunk;
+    then each generation job alone. Shards are still written one per job, so resuming is per job."""
+    scoring: dict[int, list[Job]] = {}
+    generation = []
+    for job in jobs:
+        if job.kind in SCORING_WORK:
+            scoring.setdefault(job.chunk, []).append(job)
+        else:
+            generation.append([job])
+    return [scoring[c] for c in sorted(scoring)] + generation
+
+
 def iterate_jobs(backend: Backend, spec: RunSpec, out: Path, progress: bool = True) -> Iterator[tuple[Job, int]]:
     from tqdm import tqdm
 
@@ -357,13 +405,17 @@ def iterate_jobs(backend: Backend, spec: RunSpec, out: Path, progress: bool = Tr
     bar = tqdm(total=sum(len(j.items) for j in todo), unit="item", desc=spec.model, disable=not progress)
     t0 = time.perf_counter()
     tokens0 = backend.counter.forward_tokens
-    for job in todo:
-        rows = RUNNERS[job.kind](backend, spec, job)
-        write_job_shard(out, spec.model, job, rows)
-        bar.update(len(job.items))
-        elapsed = max(time.perf_counter() - t0, 1e-9)
-        bar.set_postfix(tok_s=f"{(backend.counter.forward_tokens - tokens0) / elapsed:.0f}", refresh=False)
-        yield job, len(rows)
+    for group in job_groups(todo):
+        if group[0].kind in SCORING_WORK:
+            results = run_scoring_jobs(backend, spec, group)
+        else:
+            results = [GENERATION_RUNNERS[job.kind](backend, spec, job) for job in group]
+        for job, rows in zip(group, results):
+            write_job_shard(out, spec.model, job, rows)
+            bar.update(len(job.items))
+            elapsed = max(time.perf_counter() - t0, 1e-9)
+            bar.set_postfix(tok_s=f"{(backend.counter.forward_tokens - tokens0) / elapsed:.0f}", refresh=False)
+            yield job, len(rows)
     bar.close()
 
 
@@ -385,7 +437,8 @@ def run(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | None = N
         "shard": f"{spec.shard[0]}/{spec.shard[1]}", "jobs_run": len(todo), "jobs_skipped": skipped,
         "records_written": n_rows, "item_jobs": n_items, "wall_s": round(wall, 2),
         "items_per_s": round(n_items / wall, 3) if wall > 0 else None,
-        "forward_tokens": backend.counter.forward_tokens, "padded_tokens": backend.counter.padded_tokens, "head_rows": backend.counter.head_rows, "versions": _versions(),
+        "forward_tokens": backend.counter.forward_tokens, "padded_tokens": backend.counter.padded_tokens, "head_rows": backend.counter.head_rows,
+        "tree_minimum_tokens": backend.counter.tree_minimum_tokens, "versions": _versions(),
         "scorers": list(spec.scorers), "cells": [c.key for c in spec.cells], "n_items": len(spec.items),
         "shard_size": spec.shard_size, "files": [f"{spec.model}/{j.filename}" for j in plan_jobs(spec)],
         **spec.extra,

@@ -79,7 +79,7 @@ def test_killed_run_resumes_without_loss_or_duplicates(tmp_path, spec, tiny_qwen
 
     def score_then_die(requests, batch_size=16):
         calls.append(1)
-        if len(calls) == 3:
+        if len(calls) == 2:  # one score call per chunk of items: the second chunk dies
             raise Dies()
         return real_score(requests, batch_size)
 
@@ -97,6 +97,43 @@ def test_killed_run_resumes_without_loss_or_duplicates(tmp_path, spec, tiny_qwen
     resumed, ref = sorted(read(out), key=key), sorted(read(reference_dir), key=key)
     assert [key(r) for r in resumed] == [key(r) for r in ref]
     assert [(r["pred"], r["tie_groups"]) for r in resumed] == [(r["pred"], r["tie_groups"]) for r in ref]
+
+
+def test_every_scoring_cell_of_a_chunk_shares_one_call_and_scores_as_each_cell_alone(
+        tmp_path, spec, tiny_qwen3, qwen3_tokenizer):
+    """Whole-protocol prefix sharing (issue 12): one ``score`` call per chunk of items over every
+    label set and cloze; the records equal those of running each cell in a run of its own, and
+    the forward tokens are the prefix-tree minimum, below the per-request minimum."""
+    import dataclasses
+
+    from cube.harness.backends.base import plan_request, prefix_tree_minimum
+    from cube.harness.runner import SCORING_WORK
+
+    scoring = dataclasses.replace(spec, scorers=("M1-seq", "M1-strict", "M2", "M3", "M4", "M5"))
+    together = backend(tiny_qwen3, qwen3_tokenizer)
+    real_score, calls = together.score, []
+    together.score = lambda requests, batch_size=16: calls.append(len(requests)) or real_score(requests, batch_size)
+    log = run(together, scoring, tmp_path / "together", progress=False)
+    chunks = sorted({j.chunk for j in plan_jobs(scoring)})
+    assert len(calls) == len(chunks) == 2
+
+    want = {}
+    for one in [dataclasses.replace(scoring, cells=(c,), scorers=("M1-seq", "M1-strict")) for c in spec.cells] + [
+            dataclasses.replace(scoring, scorers=("M2", "M3", "M4", "M5"))]:
+        alone = tmp_path / f"alone-{len(want)}"
+        run(backend(tiny_qwen3, qwen3_tokenizer), one, alone, progress=False)
+        want.update({tuple(r[k] for k in KEY_COLUMNS): r for r in read(alone)})
+    got = {tuple(r[k] for k in KEY_COLUMNS): r for r in read(tmp_path / "together")}
+    assert got.keys() == want.keys()
+    for key, row in got.items():
+        assert row["pred"] == want[key]["pred"] and row["tie_groups"] == want[key]["tie_groups"]
+        assert max(abs(a - b) for a, b in zip(row["scores"], want[key]["scores"])) <= 1e-4
+
+    per_chunk = [[plan_request(qwen3_tokenizer, r) for job in plan_jobs(scoring) if job.chunk == c
+                  for r in SCORING_WORK[job.kind](scoring, job).requests] for c in chunks]
+    tree = sum(prefix_tree_minimum(plans) for plans in per_chunk)
+    assert log["forward_tokens"] == log["tree_minimum_tokens"] == tree
+    assert tree < sum(p.minimum_tokens for plans in per_chunk for p in plans)
 
 
 def test_shards_split_the_work_without_overlap(spec):

@@ -57,13 +57,17 @@ class ForwardCounter:
 
     ``minimum_tokens``: each request's shared prefix once, plus every continuation token that
     precedes another scored token (the last token of a continuation is only ever a target, so it
-    never needs a forward). ``naive_tokens`` is the one-forward-per-continuation count.
+    never needs a forward). ``tree_minimum_tokens``: the same with every prefix shared across the
+    requests of one ``score`` call as well (``prefix_tree_minimum``): what the HF backend runs.
+    ``naive_tokens`` is the one-forward-per-continuation count.
     """
 
     forward_tokens: int = 0  # real tokens run through the transformer body
     padded_tokens: int = 0  # the same, including padding
     head_rows: int = 0  # positions the output layer (lm_head) was applied at
+    forwards: int = 0  # calls of the transformer body
     minimum_tokens: int = 0
+    tree_minimum_tokens: int = 0  # each score call's prefix-tree minimum (sharing across requests)
     naive_tokens: int = 0
     scored_tokens: int = 0  # continuation tokens given a log-probability
 
@@ -125,6 +129,7 @@ def plan_request(tokenizer: Encoder, request: ScoreRequest, add_special_tokens: 
 
 def count_plans(counter: ForwardCounter, plans: list[RequestPlan]) -> None:
     counter.minimum_tokens += sum(p.minimum_tokens for p in plans)
+    counter.tree_minimum_tokens += prefix_tree_minimum(plans)
     counter.naive_tokens += sum(p.naive_tokens for p in plans)
     counter.scored_tokens += sum(len(c.continuation_ids) for p in plans for c in p.continuations)
 

@@ -2,10 +2,12 @@
 
 Why it is fast where the usual harnesses are slow:
 
-1. Each request's shared prefix (its context, minus any tokens a continuation re-tokenizes) runs
-   through the model ONCE; its KV cache is then copied row-wise to every continuation that needs
-   more tokens. A single-token label (``A``) needs no extra forward at all: its log-probability
-   is read off the prefix's last position.
+1. All requests of one ``score`` call run as one prefix tree (``prefix_tree``): each run of
+   tokens that several requests or continuations share (a subject's header, an item's question
+   across every label set and cloze, a 5-shot block) goes through the model ONCE, and its KV
+   cache is copied row-wise to every node below it. A single-token label (``A``) needs no extra
+   forward at all: its log-probability is read off its parent's last position. The forward
+   tokens are then exactly the prefix-tree minimum (``counter.tree_minimum_tokens``).
 2. The output layer (a vocabulary-sized matmul, the largest in a small model) runs ONLY at the
    positions being scored, not at every position of every sequence. For a bf16 model it runs in
    bf16 (3-5x faster on AMX CPUs) for the log-normaliser only, while each scored token's own logit
@@ -39,6 +41,7 @@ from cube.harness.backends.base import (
     token_batches,
 )
 from cube.harness.backends.kv_cache import preallocate
+from cube.harness.backends.prefix_tree import Segment, plan_tree, tree_tokens
 from cube.protocol.tokenization import Encoder, encode_ids
 
 
@@ -166,6 +169,7 @@ class HFBackend(Backend):
         n_real = int(mask[:, -ids.shape[1]:].sum())
         self.counter.forward_tokens += n_real
         self.counter.padded_tokens += ids.numel()
+        self.counter.forwards += 1
         return out.last_hidden_state, out.past_key_values
 
     def _left_padded(self, seqs: list[tuple[int, ...]]):
@@ -182,83 +186,76 @@ class HFBackend(Backend):
     # -- scoring ----------------------------------------------------------------------------------
 
     def score(self, requests: list[ScoreRequest], batch_size: int = 16) -> list[list[ContinuationLogprobs]]:
+        """Every request at once, as one prefix tree (``prefix_tree``): each shared run of tokens
+        (a subject's header, an item's question, a 5-shot block) is computed once, on a copy of
+        its parent's KV cache, however many cells and continuations share it."""
         plans = [plan_request(self.tokenizer, r, self.add_special_tokens) for r in requests]
         count_plans(self.counter, plans)
-        order = sorted(range(len(plans)), key=lambda i: plans[i].shared_len, reverse=True)
-        lengths = [plans[i].shared_len for i in order]
-        results: list[list[ContinuationLogprobs] | None] = [None] * len(plans)
+        root, where = plan_tree(plans)
         with self.torch.inference_mode(), tqdm(
-            total=len(plans), desc="score", unit="item", disable=not self.progress
+            total=tree_tokens(root), desc="score", unit="tok", disable=not self.progress
         ) as bar:
-            for chunk in token_batches(order, lengths, batch_size, self.max_batch_tokens, self.batch_cost):
-                for i, res in zip(chunk, self._score_batch([plans[i] for i in chunk], batch_size)):
-                    results[i] = res
-                bar.update(len(chunk))
-        return results  # type: ignore[return-value]
+            self._run_tree(root.children, None, None, [], batch_size, bar)
+            return self._read_scores(plans, where)
 
-    def _score_batch(self, plans: list[RequestPlan], batch_size: int) -> list[list[ContinuationLogprobs]]:
+    def _run_tree(self, nodes: list[Segment], parent_cache, parent_mask, parent_rows: list[int],
+                  batch_size: int, bar) -> None:
+        """Run ``nodes`` (batched by length, right-padded) on their parents' cache rows, keep the
+        hidden states at their scored positions, then run their children on the new cache.
+
+        Depth first, batch by batch, so only the caches on the current path are alive. Right
+        padding is never seen: a node's own tokens come before its pads, and its children's mask
+        hides them.
+        """
         torch = self.torch
-        shared_lens = [p.shared_len for p in plans]
-        ids, mask, positions = self._left_padded([p.shared_ids for p in plans])
-        hidden, cache = self._run_body(ids, mask, positions)
-        last = hidden[:, -1]  # (B, H): predicts each continuation's first token when no merge
+        order = sorted(range(len(nodes)), key=lambda i: len(nodes[i]), reverse=True)
+        lengths = [len(nodes[i]) for i in order]
+        for chunk in token_batches(order, lengths, batch_size, self.max_batch_tokens, self.batch_cost):
+            width = max(len(nodes[i]) for i in chunk)
+            ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
+            own = torch.zeros((len(chunk), width), dtype=torch.long)
+            for r, i in enumerate(chunk):
+                ids[r, :len(nodes[i])] = torch.tensor(nodes[i].tokens, dtype=torch.long)
+                own[r, :len(nodes[i])] = 1
+            starts = torch.tensor([nodes[i].start for i in chunk]).unsqueeze(1)
+            positions = (starts + torch.arange(width).unsqueeze(0)).to(self.device)
+            own = own.to(self.device)
+            if parent_cache is None:
+                mask, cache = own, None
+            else:
+                rows = torch.tensor([parent_rows[i] for i in chunk], device=self.device)
+                mask, cache = torch.cat([parent_mask[rows], own], dim=1), _select_cache_rows(parent_cache, rows)
+            hidden, cache = self._run_body(ids.to(self.device), mask, positions, cache)
+            for r, i in enumerate(chunk):
+                node = nodes[i]
+                if node.scored:
+                    node.hidden = hidden[r, [p - node.start for p in node.scored]]
+            bar.update(sum(len(nodes[i]) for i in chunk))
+            children = [(child, r) for r, i in enumerate(chunk) for child in nodes[i].children]
+            if children:
+                self._run_tree([c for c, _ in children], cache, mask, [r for _, r in children], batch_size, bar)
 
-        # Continuations with tokens past the shared prefix: run them on copies of its cache.
-        ext = [(b, j) for b, p in enumerate(plans) for j in range(len(p.continuations)) if p.suffix_ids(j)]
-        ext.sort(key=lambda bj: len(plans[bj[0]].suffix_ids(bj[1])), reverse=True)
-        ext_lengths = [len(plans[b].suffix_ids(j)) for b, j in ext]
-        ext_hidden = {}
-        for sub in token_batches(ext, ext_lengths, batch_size, self.max_batch_tokens, self.batch_cost):
-            suffixes = [plans[b].suffix_ids(j) for b, j in sub]
-            width = max(len(s) for s in suffixes)
-            rows = torch.tensor([b for b, _ in sub], device=self.device)
-            sub_ids = torch.full((len(sub), width), self.pad_id, dtype=torch.long)
-            sub_mask = torch.zeros((len(sub), width), dtype=torch.long)
-            for r, s in enumerate(suffixes):  # right-padded: causal attention never sees the pads
-                sub_ids[r, :len(s)] = torch.tensor(s, dtype=torch.long)
-                sub_mask[r, :len(s)] = 1
-            starts = torch.tensor([shared_lens[b] for b, _ in sub]).unsqueeze(1)
-            sub_pos = starts + torch.arange(width).unsqueeze(0)
-            full_mask = torch.cat([mask[rows], sub_mask.to(self.device)], dim=1)
-            h, _ = self._run_body(
-                sub_ids.to(self.device), full_mask, sub_pos.to(self.device), _select_cache_rows(cache, rows)
-            )
-            for r, bj in enumerate(sub):
-                ext_hidden[bj] = h[r]
-
-        # Gather the hidden state before every scored token; the shared last position once per item.
-        pieces, n_rows, last_row = [], 0, {}
-        rows_of: list[list[list[int]]] = []
-        for b, plan in enumerate(plans):
-            rows_of.append([])
-            for j, cont in enumerate(plan.continuations):
-                n = len(cont.continuation_ids)
-                offset = cont.prefix_len - 1 - plan.shared_len  # -1: the prefix's last position
-                idx: list[int] = []
-                if n and offset == -1:
-                    if b not in last_row:
-                        last_row[b] = n_rows
-                        pieces.append(last[b:b + 1])
-                        n_rows += 1
-                    idx.append(last_row[b])
-                    offset = 0
-                rest = n - len(idx)
-                if rest:
-                    pieces.append(ext_hidden[(b, j)][offset:offset + rest])
-                    idx.extend(range(n_rows, n_rows + rest))
-                    n_rows += rest
-                rows_of[b].append(idx)
-
-        row_idx = np.array([r for per_b in rows_of for idx in per_b for r in idx], dtype=np.int64)
+    def _read_scores(self, plans: list[RequestPlan], where) -> list[list[ContinuationLogprobs]]:
+        """Each scored token's log-probability from the hidden state the tree kept for it."""
+        torch = self.torch
+        pieces, base, row_idx = [], {}, []
+        for per_plan in where:
+            for per_cont in per_plan:
+                for node, position in per_cont:
+                    if id(node) not in base:
+                        base[id(node)] = (sum(len(p) for p in pieces), {q: k for k, q in enumerate(node.scored)})
+                        pieces.append(node.hidden)
+                    first, offsets = base[id(node)]
+                    row_idx.append(first + offsets[position])
         tok_idx = np.array(
             [t for p in plans for c in p.continuations for t in c.continuation_ids], dtype=np.int64
         )
-        logprobs = self._target_logprobs(torch.cat(pieces) if pieces else None, row_idx, tok_idx)
-
+        logprobs = self._target_logprobs(torch.cat(pieces) if pieces else None,
+                                         np.array(row_idx, dtype=np.int64), tok_idx)
         out, k = [], 0
-        for b, plan in enumerate(plans):
+        for plan in plans:
             per_item = []
-            for j, cont in enumerate(plan.continuations):
+            for cont in plan.continuations:
                 n = len(cont.continuation_ids)
                 per_item.append(ContinuationLogprobs(cont.continuation_ids, logprobs[k:k + n], cont.boundary_merge))
                 k += n

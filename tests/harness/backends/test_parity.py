@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from cube.errors import CubeError
-from cube.harness.backends.base import ScoreRequest, plan_request
+from cube.harness.backends.base import ScoreRequest, plan_request, prefix_tree_minimum
 from cube.harness.backends.hf import HFBackend
 from cube.harness.backends.reference import AllLogitsBackend, ReferenceBackend
 from cube.protocol.label_sets import LabelSet
@@ -40,8 +40,13 @@ def assert_same_scores(got, want, requests):
 
 @pytest.mark.parametrize("batch_size", [1, 5])
 def test_hf_backend_equals_reference(model, tokenizer, requests, reference_scores, batch_size):
-    got = HFBackend(model, tokenizer, progress=False).score(requests, batch_size=batch_size)
+    backend = HFBackend(model, tokenizer, progress=False)
+    got = backend.score(requests, batch_size=batch_size)
     assert_same_scores(got, reference_scores, requests)
+    # Every cell of every item in one call: each shared prefix ran once (the prefix tree).
+    plans = [plan_request(tokenizer, r) for r in requests]
+    assert backend.counter.forward_tokens == prefix_tree_minimum(plans) == backend.counter.tree_minimum_tokens
+    assert backend.counter.forward_tokens < sum(p.minimum_tokens for p in plans)
 
 
 def test_bf16_scoring_stays_within_bf16_noise_and_never_ties_distinct_tokens(model, tokenizer, requests):
