@@ -405,7 +405,7 @@ def report(model: str, n_items: int, runs: list[Run], works: dict, agree: dict, 
             flops = executed_flops(best, body, head) / best.score_s
             print(f"{mode:<8} {tool:<8} {n_items / best.score_s:8.2f} {n_items / wall:9.2f} {ratio:5.2f}x "
                   f"{best.forward_tokens:10d} {best.forward_tokens / work.minimum_tokens:6.2f} "
-                  f"{best.forward_tokens / work.prefix_tree_per_item:6.2f} "
+                  f"{best.forward_tokens / work.prefix_tree_all:6.2f} "
                   f"{best.padded_tokens / best.forward_tokens:8.3f} {max(r.peak_rss_mib for r in rs):8.0f} "
                   f"{flops / 1e9:8.1f} {flops / peak:6.1%}")
         if "lm-eval" in by_tool:
@@ -418,7 +418,8 @@ def report(model: str, n_items: int, runs: list[Run], works: dict, agree: dict, 
               f"prompts byte-equal: {'yes' if not mismatches else 'NO: ' + ', '.join(mismatches[:3])}")
     print("items/s: scoring alone (cube: the run log's wall_s; lm-eval: its process less imports and model "
           "load), best of the pairs; (process): the whole process, best; ratio: time / cube's; /min: forward "
-          "tokens over the per-request minimum, /tree: over the per-item prefix-tree minimum; GFLOP/s: "
+          "tokens over the per-request minimum, /tree: over the prefix-tree minimum of the whole run (every "
+          "cell and item sharing: cube's runner shares within each 50-item shard); GFLOP/s: "
           "2 x parameters x tokens of every matmul run (padding included, attention scores not) over the "
           "scoring time.")
 

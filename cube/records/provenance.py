@@ -188,4 +188,15 @@ def sample_by_subject(table: pa.Table) -> list[dict[str, Any]]:
             for (b, sp, su), rows in sorted(groups.items())]
 
 
-__all__ = ["incomplete_cells", "logged_files", "logged_protocols", "read_run_logs", "run_command", "run_rows", "sample_by_subject"]
+def zero_shot_sample_size(table: pa.Table) -> int:
+    """Items with a 0-shot M1-seq record: the sample every label set, cue and answer-only run
+    scores, and which the 5-shot and chain-of-thought subsets are drawn from (``--within``).
+
+    Not every item in the records: the judgement (TF) runs draw one item per subject of their own.
+    """
+    zero_shot = pc.and_(pc.equal(table.column("scorer"), "M1-seq"), pc.equal(table.column("shots"), 0))
+    return len(pc.unique(table.filter(zero_shot).column("uid")))
+
+
+__all__ = ["incomplete_cells", "logged_files", "logged_protocols", "read_run_logs", "run_command", "run_rows",
+           "sample_by_subject", "zero_shot_sample_size"]

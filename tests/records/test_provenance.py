@@ -10,7 +10,7 @@ import pytest
 
 from cube.cli import build_parser
 from cube.errors import RecordsError
-from cube.records.provenance import read_run_logs, run_command, run_rows, sample_by_subject
+from cube.records.provenance import read_run_logs, run_command, run_rows, sample_by_subject, zero_shot_sample_size
 
 OLD_LINE = {  # a run log line from before commands were logged
     "model": "m1", "benchmark": "cmmlu", "split": "test", "sample": 600, "seed": 0, "dtype": "bfloat16",
@@ -105,3 +105,14 @@ def test_archived_run_logs_vouch_for_every_shard_and_a_deleted_cell_is_reported(
     (store / victim).unlink()
     with pytest.raises(RecordsError, match=rf"cells incomplete: {victim.rsplit('--', 1)[0]} \(1 of 12 shards gone"):
         read_records(store, verify=False)
+
+
+def test_the_zero_shot_sample_counts_neither_judgement_only_items_nor_5_shot_records():
+    """The book's "N-item sample": items with a 0-shot M1-seq record; the TF runs draw their own."""
+    table = pa.table({
+        "uid": ["cmmlu/a/test/1", "cmmlu/a/test/1", "cmmlu/a/test/2", "cmmlu/b/test/9", "cmmlu/b/test/3"],
+        "scorer": ["M1-seq", "M1-strict", "M1-seq", "TF", "M1-seq"],
+        "shots": [0, 0, 0, 0, 5],
+    })
+    assert zero_shot_sample_size(table) == 2
+    assert sum(r["items"] for r in sample_by_subject(table)) == 4
