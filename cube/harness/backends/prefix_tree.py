@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cube.harness.backends.base import RequestPlan
+from cube.protocol.tokenization import common_prefix_len
 
 
 @dataclass(eq=False)
@@ -37,14 +38,6 @@ class Segment:
         return self.end - self.start
 
 
-def _common_prefix_len(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 def build_tree(sequences: list[tuple[int, ...]]) -> tuple[Segment, dict[tuple[int, ...], Segment]]:
     """(a root of depth 0 with no tokens, each sequence -> the node that ends exactly where it ends).
 
@@ -56,7 +49,7 @@ def build_tree(sequences: list[tuple[int, ...]]) -> tuple[Segment, dict[tuple[in
     stack = [root]
     previous: tuple[int, ...] = ()
     for seq in sorted({s for s in sequences if s}):
-        shared = _common_prefix_len(previous, seq)
+        shared = common_prefix_len(previous, seq)
         popped = None
         while stack[-1].end > shared:
             popped = stack.pop()
