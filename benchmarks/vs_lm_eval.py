@@ -14,7 +14,9 @@ workload runs as interleaved pairs of fresh processes (cube, lm-eval, cube, lm-e
 the same thread count, so load drift on a shared machine hits both alike. Printed: items/s
 (scoring alone and the whole process), the ratio, forward tokens against the per-request minimum
 and the whole-cube prefix-tree minimum, padded/real tokens, peak RSS, per-option log-likelihood
-agreement, and the achieved model FLOP/s against this CPU's measured matmul peak.
+agreement, and the achieved model FLOP/s against this CPU's measured matmul peak. Where
+``.venv-vllm`` exists, cube's vLLM backend joins each pair twice: with vLLM's prefix cache
+(``vllm``, config/serving.yaml as shipped) and without it (``vllm-nocache``).
 
 The lm-eval job files hold benchmark text: they live in a temporary folder removed at the end.
 Not a test: nothing asserts a time. Run: ``python benchmarks/vs_lm_eval.py --items 100``.
@@ -26,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -311,6 +314,20 @@ def run_lm_eval(python: Path, model_dir: Path, tasks: list[str], folder: Path, o
     return Run("lm-eval", mode, wall, score, rss, c["real"], c["padded"], c["padded"], out)
 
 
+def config_without_prefix_cache(folder: Path) -> Path:
+    """A copy of config/ whose serving.yaml turns vLLM's prefix cache off (the `vllm-nocache` arm)."""
+    import yaml
+
+    from cube.config import config_dir
+
+    shutil.copytree(config_dir(), folder)
+    serving = folder / "serving.yaml"
+    data = yaml.safe_load(serving.read_text(encoding="utf-8"))
+    data["defaults"]["llm"]["enable_prefix_caching"] = False
+    serving.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return folder
+
+
 # ---- agreement and utilisation -------------------------------------------------------------------
 
 
@@ -389,7 +406,7 @@ def report(model: str, n_items: int, runs: list[Run], works: dict, agree: dict, 
     body, _, head = params
     print(f"\n== {model}: {n_items} CMMLU test items, fp32; decoder {body / 1e6:.0f}M + output layer "
           f"{head / 1e6:.0f}M parameters; matmul peak {peak / 1e9:.0f} GFLOP/s ==")
-    header = (f"{'workload':<8} {'tool':<8} {'items/s':>8} {'(process)':>9} {'ratio':>6} {'fwd tokens':>10} "
+    header = (f"{'workload':<8} {'tool':<12} {'items/s':>8} {'(process)':>9} {'ratio':>6} {'fwd tokens':>10} "
               f"{'/min':>6} {'/tree':>6} {'pad/real':>8} {'RSS MiB':>8} {'GFLOP/s':>8} {'%peak':>6}")
     print(header)
     for mode, work in works.items():
@@ -403,7 +420,7 @@ def report(model: str, n_items: int, runs: list[Run], works: dict, agree: dict, 
             wall = min(r.wall_s for r in rs)
             ratio = best.score_s / cube_best
             flops = executed_flops(best, body, head) / best.score_s
-            print(f"{mode:<8} {tool:<8} {n_items / best.score_s:8.2f} {n_items / wall:9.2f} {ratio:5.2f}x "
+            print(f"{mode:<8} {tool:<12} {n_items / best.score_s:8.2f} {n_items / wall:9.2f} {ratio:5.2f}x "
                   f"{best.forward_tokens:10d} {best.forward_tokens / work.minimum_tokens:6.2f} "
                   f"{best.forward_tokens / work.prefix_tree_all:6.2f} "
                   f"{best.padded_tokens / best.forward_tokens:8.3f} {max(r.peak_rss_mib for r in rs):8.0f} "
@@ -436,7 +453,9 @@ def main() -> int:
     parser.add_argument("--lm-eval-batch-size", type=int, default=16, help="cube's own default batch size")
     parser.add_argument("--with-1.5b", dest="with_15b", action="store_true",
                         help="also qwen2.5-coder-1.5b-instruct (utilisation at a larger model)")
-    parser.add_argument("--vllm", action="store_true", help=f"also cube's vLLM backend ({VLLM_VENV})")
+    parser.add_argument("--vllm", action=argparse.BooleanOptionalAction, default=None,
+                        help=f"also cube's vLLM backend, with its prefix cache and without (default: when "
+                             f"{VLLM_VENV} is installed)")
     parser.add_argument("--data", help="the CMMLU folder (default: cube's own lookup)")
     args = parser.parse_args()
 
@@ -449,6 +468,8 @@ def main() -> int:
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         parser.error(f"unknown workload {unknown[0]!r}; known: {', '.join(MODES)}")
+    if args.vllm is None:
+        args.vllm = (VLLM_VENV / ".installed").exists()
     if args.vllm and not (VLLM_VENV / ".installed").exists():
         parser.error(f"--vllm needs {VLLM_VENV} (scripts/install_vllm_env.sh)")
     python = lm_eval_python()
@@ -460,6 +481,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="cube-vs-lm-eval-") as tmp:
         scratch = Path(tmp)
+        no_cache_env = {**env, "CUBE_CONFIG_DIR": str(config_without_prefix_cache(scratch / "config-nocache"))}
         for model in models:
             model_dir = ensure_model(model)
             tokenizer = model_tokenizer(model_source(model))
@@ -483,9 +505,10 @@ def main() -> int:
                     runs.append(run_lm_eval(python, model_dir, tasks, folder, lm_out, mode, scratch, env,
                                             args.lm_eval_batch_size))
                     if args.vllm:
-                        vout = scratch / f"vllm-{model}-{mode}-{k}"
-                        runs.append(run_cube(cube_argv(model, args.items, args.seed, mode, vout, args.data, "vllm"),
-                                             mode, scratch, env, "vllm", VLLM_VENV / "bin" / "python"))
+                        for tool, tool_env in (("vllm", env), ("vllm-nocache", no_cache_env)):
+                            vout = scratch / f"{tool}-{model}-{mode}-{k}"
+                            argv = cube_argv(model, args.items, args.seed, mode, vout, args.data, "vllm")
+                            runs.append(run_cube(argv, mode, scratch, tool_env, tool, VLLM_VENV / "bin" / "python"))
                 first_cube = next(r for r in runs if r.mode == mode and r.tool == "cube")
                 first_lm = next(r for r in runs if r.mode == mode and r.tool == "lm-eval")
                 agree[mode] = agreement(first_cube.out, first_lm.out, items, work)

