@@ -8,12 +8,13 @@ log-probability of each actual prompt token; we keep the continuation's. Text ne
 boundary in either direction (``detokenize=False``; we decode generations with our tokenizer).
 
 Prefix caching (``enable_prefix_caching`` in config/serving.yaml, on by default): the shared
-context of an item's cells is computed once and read from vLLM's block cache (128-token blocks on
-CPU) by every later sequence that starts with it. vLLM skips the cache for ``prompt_logprobs``
-requests unless told otherwise, because it leaves the log-probabilities of cached positions
-unwritten (``torch.empty``: whatever memory held). cube tells it otherwise and keeps only what is
-valid: a sequence whose scored tokens start after its ``num_cached_tokens`` is read as is; one whose
-scored tokens reach into its cached blocks is sent again with the cache off. vLLM reports
+context of an item's cells is computed once and read from vLLM's block cache (whole blocks of
+``block_size`` tokens, 32 in serving.yaml) by every later sequence that starts with it. vLLM
+skips the cache for ``prompt_logprobs`` requests unless told otherwise, because it leaves the
+log-probabilities of cached positions unwritten (``torch.empty``: whatever memory held). cube
+tells it otherwise and keeps only what is valid: a sequence whose scored tokens start after its
+``num_cached_tokens`` is read as is; one whose scored tokens reach into its cached blocks is sent
+again with the cache off. vLLM reports
 ``num_cached_tokens`` for a request's first prefill only, so if any request was preempted
 (``vllm:num_preemptions``, which needs ``disable_log_stats: false``) the whole call is scored again
 with the cache off. Identical sequences are sent once.
