@@ -167,7 +167,7 @@ def prompts(items) -> list[str]:
 
 @pytest.fixture(scope="module")
 def cache_requests(items) -> list[ScoreRequest]:
-    """Sequences that share whole 128-token cache blocks, including some scored tokens.
+    """Sequences that share whole cache blocks, including some scored tokens.
 
     A long context (an item's question and options, four times over) with two continuations, one
     the start of the other: whichever of the pair vLLM runs second finds the first one's blocks,
