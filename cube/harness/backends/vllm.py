@@ -14,10 +14,9 @@ skips the cache for ``prompt_logprobs`` requests unless told otherwise, because 
 log-probabilities of cached positions unwritten (``torch.empty``: whatever memory held). cube
 tells it otherwise and keeps only what is valid: a sequence whose scored tokens start after its
 ``num_cached_tokens`` is read as is; one whose scored tokens reach into its cached blocks is sent
-again with the cache off. vLLM reports
-``num_cached_tokens`` for a request's first prefill only, so if any request was preempted
-(``vllm:num_preemptions``, which needs ``disable_log_stats: false``) the whole call is scored again
-with the cache off. Identical sequences are sent once.
+again with the cache off. vLLM reports ``num_cached_tokens`` for a request's first prefill only,
+so if any request was preempted (``vllm:num_preemptions``, which needs ``disable_log_stats:
+false``) the whole call is scored again with the cache off. Identical sequences are sent once.
 
 Greedy generation is ``temperature=0`` with our end-of-sequence ids as stop tokens (and vLLM's
 own EOS rule off), so it stops exactly where the reference's argmax loop stops.
@@ -243,7 +242,8 @@ class VLLMBackend(Backend):
         folder = model_folder(str(model))
         settings = serving_settings(str(model), dtype, settings_path)
         llm_args = {**settings.llm, **llm_overrides}
-        check_prefix_caching(llm_args, f"{SERVING_FILE} with overrides {sorted(llm_overrides)}")
+        if llm_overrides:  # serving_settings checked the file's own settings
+            check_prefix_caching(llm_args, f"{SERVING_FILE} with overrides {sorted(llm_overrides)}")
         check_engine_args(llm_args)
         os.environ.update(engine_environment(settings))
         if Path(str(model)).is_dir():
