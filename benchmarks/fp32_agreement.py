@@ -61,6 +61,7 @@ def main() -> int:
 
     import torch
 
+    from cube.harness.backends.base import ContinuationLogprobs, plan_request
     from cube.harness.backends.hf import HFBackend
     from cube.harness.models import load_model
 
@@ -69,8 +70,6 @@ def main() -> int:
     model, tokenizer = load_model(args.model, "float32")
     requests = [r for by_uid in cube_workload(spec, tokenizer).requests.values() for r in by_uid.values()]
     print(f"{args.model}: {args.items} CMMLU items, {args.mode}: {len(requests)} requests", flush=True)
-
-    from cube.harness.backends.base import ContinuationLogprobs, plan_request
 
     cube32 = HFBackend(model, tokenizer, progress=False).score(requests)
     lm_eval32, lm_eval64 = [], []

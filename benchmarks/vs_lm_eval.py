@@ -318,11 +318,11 @@ def config_without_prefix_cache(folder: Path) -> Path:
     """A copy of config/ whose serving.yaml turns vLLM's prefix cache off (the `vllm-nocache` arm)."""
     import yaml
 
-    from cube.config import config_dir
+    from cube.config import config_dir, load_yaml
 
     shutil.copytree(config_dir(), folder)
     serving = folder / "serving.yaml"
-    data = yaml.safe_load(serving.read_text(encoding="utf-8"))
+    data = load_yaml(serving)
     data["defaults"]["llm"]["enable_prefix_caching"] = False
     serving.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False), encoding="utf-8")
     return folder
