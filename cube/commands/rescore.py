@@ -17,21 +17,12 @@ import argparse
 import json
 import sys
 
+from cube.commands.options import comma_list, parse_comma_list
+
 SLICE_OPTIONS = (
     ("model", "--model"), ("scorer", "--scorer"), ("label_set", "--label-set"),
     ("shots", "--shots"), ("order", "--order"), ("context", "--context"),
 )
-
-
-def text_list(value: str) -> list[str]:
-    return [v for v in value.split(",") if v]
-
-
-def shots_list(value: str) -> list[int]:
-    try:
-        return [int(v) for v in text_list(value)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a comma-separated list of integers") from None
 
 
 def register(subparsers) -> None:
@@ -43,7 +34,7 @@ def register(subparsers) -> None:
     parser.add_argument("records", help="records folder (holds MANIFEST.json)")
     for dest, flag in SLICE_OPTIONS:
         parser.add_argument(flag, dest=dest, action="extend", metavar=dest.upper(),
-                            type=shots_list if dest == "shots" else text_list,
+                            type=comma_list(flag, int if dest == "shots" else str),
                             help=f"keep only these {dest.replace('_', ' ')}s (comma-separated; repeatable)")
     parser.add_argument("--level", choices=("subject", "category", "overall"), default="overall")
     parser.add_argument("--taxonomy", choices=("cmmlu", "ceval"), default=None,
@@ -91,13 +82,7 @@ def _versus_filters(pairs: list[str], base: dict) -> dict:
         if not sep or field not in SLICE_FIELDS or not value:
             raise ConfigError(f"--versus {pair!r}: expected FIELD=VALUE with FIELD one of "
                               f"{', '.join(SLICE_FIELDS)}")
-        values = value.split(",")
-        if field == "shots":
-            try:
-                values = [int(v) for v in values]
-            except ValueError:
-                raise ConfigError(f"--versus {pair!r}: shots must be integers") from None
-        out[field] = values
+        out[field] = parse_comma_list(value, f"--versus {field}", int if field == "shots" else str)
     return out
 
 

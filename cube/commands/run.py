@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from cube.commands.options import comma_list, joined
 from cube.errors import ConfigError
 from cube.harness.backends import BACKENDS
 
@@ -21,12 +22,14 @@ def register(subparsers) -> None:
     p.add_argument("--within", type=int, metavar="N",
                    help="draw --sample from the stratified sample of N items (same seed), so that a "
                         "subset run (CoT, 5-shot) shares its items with the full run")
-    p.add_argument("--subjects", help="comma-separated subjects (default: all)")
-    p.add_argument("--label-sets", default="L1_halfwidth")
-    p.add_argument("--scorers", default="M1-seq,M1-strict", help="M1-seq,M1-strict,M2,M3,M4,M5,M6,M6-cot,TF")
-    p.add_argument("--shots", default="0", help="comma-separated, e.g. 0,5")
-    p.add_argument("--cues", "--contexts", dest="contexts", default="zh_cue", help="answer contexts")
-    p.add_argument("--orders", default="original", help="original,shift1,...")
+    p.add_argument("--subjects", type=comma_list("--subjects"), help="comma-separated subjects (default: all)")
+    p.add_argument("--label-sets", type=comma_list("--label-sets"), default="L1_halfwidth")
+    p.add_argument("--scorers", type=comma_list("--scorers"), default="M1-seq,M1-strict",
+                   help="M1-seq,M1-strict,M2,M3,M4,M5,M6,M6-cot,TF")
+    p.add_argument("--shots", type=comma_list("--shots", int), default="0", help="comma-separated, e.g. 0,5")
+    p.add_argument("--cues", "--contexts", dest="contexts", type=comma_list("--cues"), default="zh_cue",
+                   help="answer contexts")
+    p.add_argument("--orders", type=comma_list("--orders"), default="original", help="original,shift1,...")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--backend", default="hf", choices=list(BACKENDS))
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
@@ -54,19 +57,8 @@ def command_line(args: argparse.Namespace) -> str:
     for dest in RECORDED_OPTIONS:
         value = getattr(args, dest, None)
         if value is not None:
-            parts += ["--cues" if dest == "contexts" else "--" + dest.replace("_", "-"), str(value)]
+            parts += ["--cues" if dest == "contexts" else "--" + dest.replace("_", "-"), joined(value)]
     return shlex.join(parts)
-
-
-def _csv(value: str, option: str = "--subjects") -> list[str]:
-    """A comma-separated option: empty entries and repeats are errors, never ignored."""
-    values = [v.strip() for v in value.split(",")]
-    if not value.strip() or any(not v for v in values):
-        raise ConfigError(f"{option} {value!r} has an empty entry; give comma-separated names")
-    repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
-    if repeated is not None:
-        raise ConfigError(f"{option} {value!r} names {repeated!r} twice")
-    return values
 
 
 def _at_least_one(args: argparse.Namespace) -> None:
@@ -116,15 +108,10 @@ def build_spec(args: argparse.Namespace):
     root = default_benchmark_root(args.benchmark, args.data)
     _at_least_one(args)
     model_sha256 = model_source(args.model).gguf_sha256  # an unknown model fails here, not at load
-    subjects = _csv(args.subjects) if args.subjects is not None else None
-    contexts, orders = _csv(args.contexts, "--cues"), _csv(args.orders, "--orders")
-    check_contexts(contexts)
-    label_sets = select_label_sets(_csv(args.label_sets, "--label-sets"))
-    scorers = tuple(_csv(args.scorers, "--scorers"))
-    try:
-        shots = [int(s) for s in _csv(args.shots, "--shots")]
-    except ValueError:
-        raise ConfigError(f"--shots {args.shots!r} must be comma-separated integers") from None
+    subjects, contexts, orders, shots = args.subjects, args.contexts, args.orders, args.shots
+    check_contexts(contexts)  # (each list option is parsed by cube.commands.options.comma_list)
+    label_sets = select_label_sets(args.label_sets)
+    scorers = tuple(args.scorers)
     items = load_items(args.benchmark, root, splits=(args.split,), subjects=subjects)
     for option, size in (("--within", args.within), ("--sample", args.sample)):
         if size is not None and size > len(items):
