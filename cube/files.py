@@ -34,12 +34,25 @@ def read_text(path: str | Path, error: type[CubeError] = ConfigError, what: str 
         raise error(f"{path}: cannot read the {what} ({exc.strerror})") from None
 
 
-def read_json(path: str | Path, error: type[CubeError] = ConfigError, what: str = "JSON file") -> Any:
-    text = read_text(path, error, what)
+def parse_json(text: str | bytes, error: type[CubeError] = ConfigError, where: str = "JSON text",
+               what: str = "JSON file") -> Any:
+    """``text`` parsed as JSON; a parse error, and nesting too deep for the parser, are one line.
+
+    Python's parser recurses once per nested array or object, so a hostile file of 200,000
+    ``[`` (a MANIFEST.json, a frozen prediction, an lm-eval results file) raised RecursionError
+    with a traceback. No file cube reads nests more than a few levels.
+    """
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise error(f"{path}: {what} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        raise error(f"{where}: {what} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        raise error(f"{where}: {what} nests arrays or objects too deep to parse; not a file cube "
+                    "writes or reads") from None
+
+
+def read_json(path: str | Path, error: type[CubeError] = ConfigError, what: str = "JSON file") -> Any:
+    return parse_json(read_text(path, error, what), error, str(path), what)
 
 
 def read_json_lines(path: str | Path, error: type[CubeError] = ConfigError,
@@ -53,6 +66,8 @@ def read_json_lines(path: str | Path, error: type[CubeError] = ConfigError,
             out.append((number, json.loads(line)))
         except json.JSONDecodeError as exc:
             raise error(f"{path}:{number}: not a JSON line ({exc.msg})") from None
+        except RecursionError:
+            raise error(f"{path}:{number}: a JSON line nesting too deep to parse") from None
     return out
 
 
@@ -69,3 +84,5 @@ def read_yaml(path: str | Path, error: type[CubeError] = ConfigError, what: str 
         where = f" line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None)
         raise error(f"invalid YAML in {path}{where}" + (f": {problem}" if problem else "")) from None
+    except RecursionError:  # PyYAML composes nested nodes recursively, as json parses them
+        raise error(f"invalid YAML in {path}: {what} nests too deep to parse") from None

@@ -44,3 +44,31 @@ def test_yaml_that_would_build_python_objects_is_refused(tmp_path):
         read_yaml(tmp_path / "evil.yaml")
     with pytest.raises(TypeError, match="is not a SafeLoader"):
         read_yaml(tmp_path / "evil.yaml", loader=yaml.UnsafeLoader)
+
+
+DEEP = "[" * 200_000 + "]" * 200_000  # issue 22, section 3: a RecursionError traceback on its main
+
+
+def test_json_and_yaml_nested_too_deep_are_one_line_errors(tmp_path):
+    (tmp_path / "deep.json").write_text(DEEP, encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"deep\.json: frozen prediction nests arrays or objects too deep"):
+        read_json(tmp_path / "deep.json", what="frozen prediction")
+    (tmp_path / "deep.jsonl").write_text('{"a": 1}\n' + DEEP + "\n", encoding="utf-8")
+    with pytest.raises(RecordsError, match=r"deep\.jsonl:2: a JSON line nesting too deep"):
+        read_json_lines(tmp_path / "deep.jsonl", RecordsError)
+    (tmp_path / "deep.yaml").write_text(DEEP, encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"invalid YAML in .*deep\.yaml: YAML file nests too deep"):
+        read_yaml(tmp_path / "deep.yaml")
+
+
+def test_a_deep_manifest_and_a_deep_frozen_prediction_are_one_line_through_their_loaders(tmp_path):
+    from cube.records.store import read_manifest
+    from cube.tokenizers.audit import read_prediction
+
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "MANIFEST.json").write_text(DEEP, encoding="utf-8")
+    with pytest.raises(RecordsError, match="manifest nests arrays or objects too deep"):
+        read_manifest(tmp_path / "store")
+    (tmp_path / "frozen.json").write_text(DEEP, encoding="utf-8")
+    with pytest.raises(ConfigError, match="frozen prediction nests arrays or objects too deep"):
+        read_prediction(tmp_path / "frozen.json")

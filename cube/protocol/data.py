@@ -241,6 +241,8 @@ def installed_manifest(root: Path) -> dict | None:
             raise TypeError("files is not an object")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ItemsError(f"{path}: unreadable data manifest ({exc})") from None
+    except RecursionError:  # JSON nested 200,000 deep
+        raise ItemsError(f"{path}: unreadable data manifest (nested too deep to parse)") from None
     return manifest
 
 

@@ -237,6 +237,8 @@ def _read_json(path: Path, sha256: str | None = None) -> dict:
         raise ItemsError(f"{path}: not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise ItemsError(f"{path}: invalid JSON at line {exc.lineno}") from None
+    except RecursionError:
+        raise ItemsError(f"{path}: JSON nested too deep to parse") from None
     if not isinstance(data, dict):
         raise ItemsError(f"{path}: expected an object mapping subjects to their names")
     return data

@@ -42,6 +42,7 @@ import numpy as np
 
 from cube.checksums import sha256_bytes, sha256_file
 from cube.errors import HarnessImportError, WriteError
+from cube.files import parse_json, read_text
 from cube.protocol.items import Item, qhash
 from cube.protocol.label_sets import LabelSet, load_label_sets
 from cube.protocol.tokenization import Encoder, encode_ids, tokens_in_context
@@ -101,12 +102,14 @@ def find_results(folder: str | Path) -> list[Path]:
 
 
 def _load_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HarnessImportError(f"{path}: cannot read ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise HarnessImportError(f"{path}: not valid JSON (line {exc.lineno}; truncated?)") from None
+    return parse_json(read_text(path, HarnessImportError, "lm-eval results file"), HarnessImportError,
+                      str(path), "lm-eval results file")
+
+
+# A task name becomes part of a file name (samples_<task>_<ts>.jsonl) beside its results file; a
+# name with a path separator or "..", such as "../../../../elsewhere/x", would read a file outside
+# the folder given. lm-eval's own names are identifiers (cmmlu_agronomy, ceval-valid_law).
+_TASK_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,199}$")
 
 
 def read_run(results_path: str | Path) -> LmEvalRun:
@@ -124,16 +127,23 @@ def read_run(results_path: str | Path) -> LmEvalRun:
     for name in sorted(results["results"]):
         if name in groups and name not in configs:
             continue  # a group (e.g. cmmlu) aggregates its subtasks, which are listed themselves
+        if not _TASK_NAME.match(name) or ".." in name:
+            raise HarnessImportError(f"{path}: task name {name!r} is not a plain name (letters, digits, "
+                                     "_ . + -); it would name a samples file outside this folder")
         config = configs.get(name)
         if not isinstance(config, dict):
             raise HarnessImportError(f"{path}: task {name!r} has no logged configuration in 'configs'")
         samples = path.parent / f"samples_{name}_{stamp}.jsonl"
         if not samples.is_file():
             raise HarnessImportError(f"{samples}: missing; re-run lm_eval with --log_samples")
-        shots = (results.get("n-shot") or {}).get(name, config.get("num_fewshot") or 0)
-        expected = ((results.get("n-samples") or {}).get(name) or {}).get("effective")
-        tasks.append(TaskRun(name, config, int(shots or 0), dict(results["results"][name]), samples,
-                             int(expected) if expected is not None else None))
+        try:
+            shots = (results.get("n-shot") or {}).get(name, config.get("num_fewshot") or 0)
+            expected = ((results.get("n-samples") or {}).get(name) or {}).get("effective")
+            tasks.append(TaskRun(name, config, int(shots or 0), dict(results["results"][name]), samples,
+                                 int(expected) if expected is not None else None))
+        except (AttributeError, TypeError, ValueError):
+            raise HarnessImportError(f"{path}: task {name!r}: 'n-shot', 'n-samples' or its 'results' entry "
+                                     "is not what lm-eval writes") from None
     if not tasks:
         raise HarnessImportError(f"{path}: lists no tasks")
     return LmEvalRun(path, results, tuple(tasks))
@@ -142,10 +152,7 @@ def read_run(results_path: str | Path) -> LmEvalRun:
 def read_samples(task: TaskRun) -> list[dict[str, Any]]:
     """The task's sample lines, one per doc; a line that is not JSON or lacks a field is an error."""
     out, seen = [], set()
-    try:
-        lines = task.samples_path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HarnessImportError(f"{task.samples_path}: cannot read ({exc})") from None
+    lines = read_text(task.samples_path, HarnessImportError, "lm-eval samples file").splitlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -155,6 +162,10 @@ def read_samples(task: TaskRun) -> list[dict[str, Any]]:
             raise HarnessImportError(
                 f"{task.samples_path} line {number}: not valid JSON (a truncated samples file?)"
             ) from None
+        except RecursionError:
+            raise HarnessImportError(f"{task.samples_path} line {number}: JSON nested too deep to parse") from None
+        if not isinstance(sample, dict):
+            raise HarnessImportError(f"{task.samples_path} line {number}: not a JSON object")
         missing = [k for k in ("doc_id", "doc", "target", "arguments", "filtered_resps") if k not in sample]
         if missing:
             raise HarnessImportError(f"{task.samples_path} line {number}: no {missing[0]!r} field")
@@ -163,6 +174,10 @@ def read_samples(task: TaskRun) -> list[dict[str, Any]]:
                 f"{task.samples_path} line {number}: filter {sample['filter']!r}; multiple-choice "
                 "tasks log one 'none' filter, this task is not one"
             )
+        doc_id = sample["doc_id"]
+        if isinstance(doc_id, bool) or not isinstance(doc_id, int) or doc_id < 0:
+            raise HarnessImportError(f"{task.samples_path} line {number}: doc_id {json.dumps(doc_id)[:40]} "
+                                     "is not a non-negative integer")
         if sample["doc_id"] in seen:
             raise HarnessImportError(f"{task.samples_path} line {number}: doc_id {sample['doc_id']} repeated")
         seen.add(sample["doc_id"])
@@ -436,12 +451,22 @@ class TaskImport:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
+def _loglikelihood(value: Any) -> float:
+    """One logged log-likelihood: a number or its text (lm-eval 0.4.13 logs "-1.25"); a boolean
+    (Python's True is 1.0) or anything else raises ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(value)
+    return float(value)
+
+
 def _loglikelihoods(sample: dict, n: int | None, where: str) -> np.ndarray:
     resps = sample["filtered_resps"]
     try:
-        values = np.array([float(r[0] if isinstance(r, (list, tuple)) else r) for r in resps], dtype=np.float64)
+        values = np.array([_loglikelihood(r[0] if isinstance(r, (list, tuple)) else r) for r in resps],
+                          dtype=np.float64)
     except (TypeError, ValueError, IndexError):
-        raise HarnessImportError(f"{where}: filtered_resps are not (log-likelihood, is_greedy) pairs") from None
+        raise HarnessImportError(f"{where}: filtered_resps are not (log-likelihood, is_greedy) pairs "
+                                 "of numbers") from None
     if n is not None and values.size != n:
         raise HarnessImportError(
             f"{where}: {values.size} log-likelihoods for {n} choices (acc_mutual_info or "
@@ -449,6 +474,9 @@ def _loglikelihoods(sample: dict, n: int | None, where: str) -> np.ndarray:
         )
     if not np.all(np.isfinite(values)):
         raise HarnessImportError(f"{where}: a log-likelihood is not a finite number")
+    if np.any(values > 0):  # a sum of log-probabilities: at most 0 (log_softmax is exactly <= 0)
+        raise HarnessImportError(f"{where}: log-likelihood {values[values > 0][0]:+g} is positive; "
+                                 "a log-probability is at most 0 (not an lm-eval log-likelihood)")
     return values
 
 

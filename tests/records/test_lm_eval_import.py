@@ -191,7 +191,40 @@ def _unknown_item(folder: Path) -> None:
     path.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), encoding="utf-8")
 
 
+def _edit_samples(folder: Path, change) -> None:
+    path = _samples(folder)
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    change(lines)
+    path.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), encoding="utf-8")
+
+
+def _positive_loglikelihood(folder: Path) -> None:  # issue 22, 1.6: +5 was imported with rc 0
+    _edit_samples(folder, lambda lines: lines[2]["filtered_resps"][1].__setitem__(0, "5.0"))
+
+
+def _boolean_loglikelihood(folder: Path) -> None:  # issue 22, 1.6: float(True) is 1.0
+    _edit_samples(folder, lambda lines: lines[0].__setitem__("filtered_resps", [[True, False]] * 4))
+
+
+def _list_doc_id(folder: Path) -> None:  # issue 22, section 3: a TypeError traceback (unhashable)
+    _edit_samples(folder, lambda lines: lines[0].__setitem__("doc_id", [0]))
+
+
+def _deep_results(folder: Path) -> None:  # issue 22, section 3: a RecursionError traceback
+    _results(folder).write_text("[" * 200_000 + "]" * 200_000, encoding="utf-8")
+
+
+def _deep_sample(folder: Path) -> None:
+    path = _samples(folder)
+    path.write_text("[" * 200_000 + "]" * 200_000 + "\n" + path.read_text(encoding="utf-8"), encoding="utf-8")
+
+
 @pytest.mark.parametrize("spoil, message", [
+    (_positive_loglikelihood, "doc 2: log-likelihood +5 is positive; a log-probability is at most 0"),
+    (_boolean_loglikelihood, "doc 0: filtered_resps are not (log-likelihood, is_greedy) pairs of numbers"),
+    (_list_doc_id, "line 1: doc_id [0] is not a non-negative integer"),
+    (_deep_results, "lm-eval results file nests arrays or objects too deep to parse"),
+    (_deep_sample, "line 1: JSON nested too deep to parse"),
     (_truncate, "line 5: not valid JSON (a truncated samples file?)"),
     (_drop_last_line, "4 docs but the results file counts 5 (truncated or from another run)"),
     (_not_mcq, "output_type 'generate_until' is not multiple_choice"),
@@ -206,6 +239,25 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, items, all_items, sp
     assert message in str(caught.value) and "\n" not in str(caught.value)
     assert not (tmp_path / "store").exists()
     assert not list(tmp_path.glob(".store.*"))  # no staging folder left behind
+
+
+def test_a_task_name_that_is_a_path_is_refused_and_nothing_outside_the_folder_is_read(tmp_path, items, all_items):
+    """Issue 22, 1.6: the task ``../../../../escape_target/escape`` read
+    ``<run>/model/samples_../../../../escape_target/escape_<ts>.jsonl``, a file outside the folder."""
+    task = "../../../../escape_target/escape"
+    folder = write_run(tmp_path / "a" / "b" / "c" / "run", items, task="inside")
+    _edit_results(folder, lambda d: d.update(results={task: d["results"]["inside"]},
+                                             configs={task: d["configs"]["inside"]},
+                                             **{"n-shot": {task: 0}, "n-samples": {task: d["n-samples"]["inside"]}}))
+    outside = _results(folder).parent / f"samples_{task}_{STAMP}.jsonl"  # a planted file outside
+    outside.parent.mkdir(parents=True, exist_ok=True)
+    outside.write_bytes(_samples(folder).read_bytes())
+    assert tmp_path in outside.resolve().parents and folder not in outside.resolve().parents
+    with pytest.raises(HarnessImportError) as caught:
+        do_import(folder, all_items, tmp_path / "store")
+    message = str(caught.value)
+    assert f"task name {task!r} is not a plain name" in message and "\n" not in message
+    assert not (tmp_path / "store").exists()
 
 
 def test_a_store_is_never_written_over(tmp_path, items, all_items):

@@ -56,3 +56,41 @@ def test_truncated_header_and_wrong_magic_are_one_line_errors(tmp_path):
     bad.write_bytes(b"GGML" + data[4:])
     with pytest.raises(SourceError, match="not a GGUF file"):
         read_gguf_metadata(bad)
+
+
+# ---- hostile headers (issue 22, section 3): every length is bounded by the file's size ----------
+
+
+@pytest.mark.parametrize("name, payload, needle", [
+    ("huge string", struct.pack("<Q", 1 << 62) + b"abc", "declares 4,611,686,018,427,387,904 bytes"),
+    ("huge scalar array", struct.pack("<IQ", 10, 1 << 60), "declares"),  # 8 bytes x 2**60
+    ("huge string array", struct.pack("<IQ", 8, 1 << 61), "an array of 2,305,843,009,213,693,952 values"),
+    ("deep arrays", struct.pack("<IQ", 9, 1) * 100_000, "nested more than 8 deep"),
+])
+def test_a_header_length_beyond_the_file_is_one_line_not_a_memory_error(tmp_path, name, payload, needle):
+    """On the main of issue 22 the first raised MemoryError, the deep one RecursionError."""
+    path = tmp_path / "evil.gguf"
+    path.write_bytes(_gguf_bytes([("tokenizer.ggml.tokens", 9 if "array" in name else 8, payload)]))
+    with pytest.raises(SourceError) as caught:
+        read_gguf_metadata(path)
+    assert needle in str(caught.value) and str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_huge_metadata_count_is_refused_before_reading(tmp_path):
+    path = tmp_path / "evil.gguf"
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1 << 63) + b"\0" * 64)
+    with pytest.raises(SourceError, match="declares 9,223,372,036,854,775,808 metadata pairs"):
+        read_gguf_metadata(path)
+
+
+def test_the_cli_audit_of_a_hostile_gguf_is_one_line_and_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "evil.gguf"
+    path.write_bytes(_gguf_bytes([("tokenizer.ggml.model", 8, struct.pack("<Q", 1 << 62) + b"gpt2")]))
+    proc = subprocess.run([sys.executable, "-m", "cube", "audit", "--brief", "--tokenizer", f"evil={path}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("cube: error: ") and "GGUF header declares" in last
