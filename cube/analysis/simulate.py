@@ -321,6 +321,8 @@ def simulate(
 ) -> dict[str, Any]:
     """Write the synthetic cube to ``out`` (a new folder); returns a summary."""
     out = Path(out)
+    if out.exists() and not out.is_dir():  # (iterdir on a file raised NotADirectoryError)
+        raise RecordsError(f"{out} is a file; the simulation writes a new records folder")
     if (out / MANIFEST_NAME).exists() or (out.exists() and any(out.iterdir())):
         raise RecordsError(f"{out}: not empty; the simulation writes a new store")
     doc = read_prediction(Path(prediction))

@@ -41,6 +41,23 @@ def comma_list(option: str, kind: type = str) -> Callable[[str], list]:
     return parse
 
 
+def random_seed(option: str = "--seed") -> Callable[[str], int]:
+    """An argparse ``type=`` for a random seed: an integer of at least 0 (numpy refuses a negative
+    seed with a ValueError traceback, after the items are loaded)."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise ConfigError(f"{option} {value!r} is not an integer") from None
+        if number < 0:
+            raise ConfigError(f"{option} {number} must be at least 0")
+        return number
+
+    parse.__name__ = f"random_seed({option})"
+    return parse
+
+
 def joined(value: object) -> str:
     """A parsed list option back in the form it is given on a command line (for logged commands)."""
     return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cube.commands.options import comma_list, joined
+from cube.commands.options import comma_list, joined, random_seed
 from cube.errors import ConfigError
 from cube.harness.backends import BACKENDS
 
@@ -18,7 +18,7 @@ def register(subparsers) -> None:
     p.add_argument("--split", default="test")
     p.add_argument("--data", type=Path, help="benchmark folder (default: the lookup of `cube data list`)")
     p.add_argument("--sample", type=int, help="stratified sample size (every subject represented)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=random_seed(), default=0)
     p.add_argument("--within", type=int, metavar="N",
                    help="draw --sample from the stratified sample of N items (same seed), so that a "
                         "subset run (CoT, 5-shot) shares its items with the full run")
@@ -98,7 +98,7 @@ def _shard(value: str) -> tuple[int, int]:
 
 def build_spec(args: argparse.Namespace):
     from cube.harness.models import model_source
-    from cube.harness.precision import choose_dtype
+    from cube.harness.precision import check_device, choose_dtype
     from cube.harness.runner import GENERATION_SCORERS, RunSpec
     from cube.protocol.items import default_benchmark_root, load_items, stratified_sample
     from cube.protocol.label_sets import select_label_sets
@@ -107,6 +107,7 @@ def build_spec(args: argparse.Namespace):
 
     root = default_benchmark_root(args.benchmark, args.data)
     _at_least_one(args)
+    check_device(args.device)  # before items and the model load (torch's own errors are tracebacks)
     model_sha256 = model_source(args.model).gguf_sha256  # an unknown model fails here, not at load
     subjects, contexts, orders, shots = args.subjects, args.contexts, args.orders, args.shots
     check_contexts(contexts)  # (each list option is parsed by cube.commands.options.comma_list)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cube.commands.options import random_seed
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -22,7 +24,7 @@ def register(subparsers) -> None:
     parser.add_argument("out", help="new folder to write the records to")
     parser.add_argument("--fraction", type=float, default=1.0,
                         help="share of the 12,925 items to keep (default: 1.0)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=random_seed(), default=0)
     parser.add_argument("--prediction", default=None,
                         help="frozen audit prediction whose DEGEN cells get ties "
                              "(default: data/predictions/audit_frozen.json)")

@@ -57,6 +57,34 @@ def matmul_speedup(seconds: float = 0.5, size: int = 1024) -> float:
     return rate(torch.bfloat16) / rate(torch.float32)
 
 
+def check_device(device: str) -> str:
+    """``device`` if this machine's torch can place a model on it, else a one-line ConfigError.
+
+    Checked before any item or model loads: ``--device bogus`` raised torch's RuntimeError and
+    ``--device cuda`` on a CPU build an AssertionError, each a traceback after the model was read.
+    """
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise ConfigError(f"--device {device!r} is not a device torch knows (cpu, cuda, cuda:N, mps)") from None
+    if parsed.type == "cpu":
+        return device
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+            raise ConfigError(f"--device {device}: no CUDA device is usable (torch {torch.__version__}, {build}); "
+                              "use --device cpu")
+        count = torch.cuda.device_count()
+        if parsed.index is not None and parsed.index >= count:
+            raise ConfigError(f"--device {device}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})")
+        return device
+    if parsed.type == "mps" and torch.backends.mps.is_available():
+        return device
+    raise ConfigError(f"--device {device}: {parsed.type} is not usable here; use --device cpu or cuda")
+
+
 def choose_dtype(requested: str, device: str = "cpu", flags: frozenset[str] | None = None,
                  probe: Callable[[], float] = matmul_speedup) -> DtypeChoice:
     """The dtype to run in, and why: ``requested`` unless it is ``auto``."""
@@ -83,4 +111,4 @@ def choose_dtype(requested: str, device: str = "cpu", flags: frozenset[str] | No
                                   f"{speedup:.2f}x the speed of fp32")
 
 
-__all__ = ["DTYPES", "DtypeChoice", "choose_dtype", "cpu_flags", "matmul_speedup"]
+__all__ = ["DTYPES", "DtypeChoice", "check_device", "choose_dtype", "cpu_flags", "matmul_speedup"]

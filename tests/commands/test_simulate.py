@@ -35,3 +35,13 @@ def test_bad_fraction_and_occupied_folder_are_exit_2(run, tmp_path):
     (tmp_path / "b" / "keep").write_text("x")
     code, _, err = run(str(tmp_path / "b"), "--fraction", "0.01")
     assert code == 2 and "not empty" in err
+
+
+def test_a_file_as_out_and_a_negative_seed_are_one_line_exit_2(run, tmp_path):
+    """Issue 22, section 3: a file raised NotADirectoryError, --seed -1 numpy's ValueError."""
+    (tmp_path / "file").write_text("x")
+    code, _, err = run(str(tmp_path / "file"), "--fraction", "0.01")
+    assert code == 2 and err.strip() == f"cube: error: {tmp_path / 'file'} is a file; the simulation writes a new records folder"
+    code, _, err = run(str(tmp_path / "c"), "--fraction", "0.01", "--seed", "-1")
+    assert code == 2 and err.strip() == "cube: error: --seed -1 must be at least 0"
+    assert not (tmp_path / "c").exists()

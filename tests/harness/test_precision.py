@@ -60,3 +60,42 @@ def test_cube_run_logs_the_chosen_dtype_and_why():
     args = build_parser().parse_args(["run", "--model", "smollm2-135m-instruct", "--sample", "67", "--out", "x"])
     extra = build_spec(args).extra
     assert args.dtype == "auto" and extra["dtype"] in ("bfloat16", "float32") and extra["dtype_reason"].startswith("auto:")
+
+
+def test_a_device_torch_cannot_use_is_one_line_before_anything_loads():
+    """Issue 22, section 3: --device bogus raised torch's RuntimeError, and --device cuda on a CPU
+    build an AssertionError, each as a traceback."""
+    import torch
+
+    from cube.errors import ConfigError
+    from cube.harness.precision import check_device
+
+    assert check_device("cpu") == "cpu"
+    with pytest.raises(ConfigError, match=r"^--device 'bogus' is not a device torch knows"):
+        check_device("bogus")
+    if torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="CUDA device"):
+            check_device(f"cuda:{torch.cuda.device_count()}")
+    else:
+        with pytest.raises(ConfigError, match=r"^--device cuda: no CUDA device is usable .*use --device cpu$"):
+            check_device("cuda")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--device", "bogus"], "--device 'bogus' is not a device torch knows"),
+    (["--seed", "-1"], "--seed -1 must be at least 0"),
+    (["--device", "cuda:99"], "--device cuda:99: "),  # no CUDA on a CPU build; too few devices on a GPU one
+])
+def test_cube_run_refuses_a_bad_device_or_seed_in_one_line(tmp_path, argv, needle):
+    import subprocess
+    import sys
+
+    from cube.config import REPO_ROOT
+
+    proc = subprocess.run([sys.executable, "-m", "cube", "run", "--model", "smollm2-135m-instruct", "--subjects",
+                           "anatomy", "--sample", "1", "--out", str(tmp_path / "out"), *argv],
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("cube: error: ") and needle in last, last
+    assert not (tmp_path / "out").exists()
