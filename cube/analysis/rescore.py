@@ -9,8 +9,9 @@ Levels, each with a 95% interval:
 * subject: pooled accuracy over the subject's items, Wilson interval;
 * category (and the taxonomy's named subsets, e.g. C-Eval Hard): *micro* = pooled over the
   items of the category's subjects (Wilson), *macro* = the unweighted mean of its subjects'
-  accuracies, with the stratified normal interval ``mean ± z * sqrt(sum p_s(1 - p_s)/n_s) / S``
-  (the variance of a mean of independent subject proportions; Wilson has no macro analogue);
+  accuracies, with the stratified Wilson interval (``cube.analysis.stats.stratified_wilson_interval``:
+  Wilson's interval at the effective size ``S**2 / sum(1/n_s)``), which keeps its width with one
+  to five items per subject, where the plug-in normal interval collapses to zero width;
 * overall: micro and macro over all subjects.
 
 A parse failure (M6, no answer extracted) counts as not correct, and is also reported on its
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,7 @@ from cube.analysis.stats import (
     mcnemar_exact,
     paired_bootstrap_ci,
     paired_noise_floor,
+    stratified_wilson_interval,
     wilson_interval,
 )
 from cube.errors import ConfigError, RecordsError
@@ -128,10 +129,6 @@ def subject_counts(table: pa.Table) -> SubjectCounts:
     )
 
 
-def _z(level: float) -> float:
-    return NormalDist().inv_cdf(0.5 + level / 2.0)
-
-
 def _rows(
     counts: SubjectCounts,
     cell: np.ndarray,
@@ -192,14 +189,11 @@ def _aggregate(
                   k.astype(np.int64), failed.astype(np.int64), k / n, lo, hi)
 
     p = counts.n_correct / counts.n
-    variance_terms = p * (1.0 - p) / counts.n
     mean = np.bincount(inverse, weights=p[member_row], minlength=size) / subjects
-    half = _z(level) * np.sqrt(
-        np.bincount(inverse, weights=variance_terms[member_row], minlength=size)
-    ) / subjects
+    inverse_n = np.bincount(inverse, weights=1.0 / counts.n[member_row], minlength=size)
+    macro_lo, macro_hi = stratified_wilson_interval(mean, subjects**2 / inverse_n, level)
     macro = _rows(counts, cell, level_name, group, "macro", subjects, n.astype(np.int64),
-                  k.astype(np.int64), failed.astype(np.int64), mean,
-                  np.clip(mean - half, 0.0, 1.0), np.clip(mean + half, 0.0, 1.0))
+                  k.astype(np.int64), failed.astype(np.int64), mean, macro_lo, macro_hi)
     return [micro, macro]
 
 
@@ -521,16 +515,17 @@ class RankingShift:
     def has_power(self) -> bool:
         return footrule_has_power(self.floor)
 
-    def verdict(self, floor: NoiseFloor | None = None) -> str:
-        """Against the paired floor, or against ``floor`` (e.g. ``floor_a``) to compare."""
+    def verdict(self, floor: NoiseFloor | None = None, effect: float | None = None) -> str:
+        """Against the paired floor, or against ``floor`` (e.g. ``floor_a``) to compare; ``effect``
+        is the source's footrule, named when the floor could not have shown it."""
         return footrule_verdict(self.observed, self.floor if floor is None else floor,
-                                len(self.models))
+                                len(self.models), effect)
 
 
 def ranking_shift(
     table_a: pa.Table,
     table_b: pa.Table,
-    B: int = 1000,
+    B: int = 10_000,
     seed: int = 0,
     progress: bool = False,
 ) -> RankingShift:
@@ -549,7 +544,9 @@ def ranking_shift(
         raise ConfigError(f"the two protocols share {len(models)} model(s); a ranking needs 2")
     a, b = correct_matrix(table_a, models), correct_matrix(table_b, models)
     in_b = set(b.uids)
-    common = [uid for uid in a.uids if uid in in_b]  # A's item order: the floor depends on it
+    # sorted by uid: the resamples index items by position, so the floor must not depend on the
+    # order the records were read in
+    common = sorted(uid for uid in a.uids if uid in in_b)
     if not common:
         raise RecordsError("the two protocols share no item answered by every model")
     ia = pc.index_in(pa.array(common), value_set=pa.array(a.uids)).to_numpy().astype(np.int64)

@@ -105,6 +105,58 @@ def accuracy_ci(correct: ArrayLike, level: float = 0.95) -> tuple[float, float, 
     return k / n, float(lo), float(hi)
 
 
+def macro_effective_n(trials: ArrayLike) -> float:
+    """The sample size that gives an equally weighted mean of stratum proportions its variance.
+
+    The mean of S proportions ``p_s`` over ``n_s`` items each has variance
+    ``sum p_s(1 - p_s) / n_s / S**2``; with a common ``p`` that is ``p(1 - p) / n_eff`` for
+    ``n_eff = S**2 / sum(1 / n_s)`` (the harmonic-mean size times S: the total when strata are
+    equal, less when they are not).
+    """
+    n = np.asarray(trials, dtype=np.float64)
+    if n.ndim != 1 or n.size == 0 or np.any(n <= 0):
+        raise CubeError("macro_effective_n needs a non-empty 1-D array of positive stratum sizes")
+    return float(n.size**2 / np.sum(1.0 / n))
+
+
+def stratified_wilson_interval(
+    mean: ArrayLike, effective_n: ArrayLike, level: float = 0.95
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Stratified Wilson interval (Yan & Su 2010) of a macro mean, vectorised over groups.
+
+    Why not the normal interval ``mean ± z sqrt(sum p_s(1 - p_s)/n_s) / S``: its plug-in variance
+    is 0 whenever every stratum's proportion is 0 or 1, which is always the case with one item per
+    subject (``cube run --sample N`` below 67 draws exactly that), so it reported a macro accuracy
+    of 0.167 as [0.167, 0.167]. The stratified Wilson interval is the set of ``p`` with
+    ``(mean - p)**2 <= z**2 p(1 - p) / n_eff`` (:func:`macro_effective_n`): Wilson's score
+    interval, with the variance taken at the candidate ``p`` rather than at the estimates, so it
+    has width for any counts. With one item per subject it is the Wilson interval of the pooled
+    items; when subjects differ, taking the variance at the common ``p`` overstates it (the mean
+    of ``p_s(1 - p_s)`` is at most ``p(1 - p)``), so the interval errs wide, not narrow. By
+    simulation (tests/analysis/test_stats.py) it covers at least 93% at the 95% level for 10 to
+    67 subjects of 1 to 5 items each.
+    """
+    n = np.asarray(effective_n, dtype=np.float64)
+    p = np.asarray(mean, dtype=np.float64)
+    if np.any(p < 0.0) or np.any(p > 1.0):
+        raise CubeError("stratified_wilson_interval needs a mean in [0, 1]")
+    return wilson_interval(np.minimum(p * n, n), n, level)
+
+
+def macro_accuracy_ci(
+    successes: ArrayLike, trials: ArrayLike, level: float = 0.95
+) -> tuple[float, float, float]:
+    """Macro accuracy (the unweighted mean of stratum accuracies) and its stratified Wilson interval."""
+    k = np.asarray(successes, dtype=np.float64)
+    n = np.asarray(trials, dtype=np.float64)
+    n_eff = macro_effective_n(n)
+    if k.shape != n.shape or np.any(k < 0) or np.any(k > n):
+        raise CubeError("macro_accuracy_ci needs 0 <= successes <= trials, one entry per stratum")
+    mean = float(np.mean(k / n))
+    lo, hi = stratified_wilson_interval(mean, n_eff, level)
+    return mean, float(lo), float(hi)
+
+
 # --------------------------------------------------------------------------------------------
 # Two protocols on the same items
 # --------------------------------------------------------------------------------------------
@@ -154,6 +206,85 @@ def mcnemar_exact(correct_a: ArrayLike, correct_b: ArrayLike, mid_p: bool = Fals
     else:
         p = 2.0 * tail
     return McNemarResult(b, c, b / n, min(1.0, p), mid_p)
+
+
+@dataclass(frozen=True)
+class McNemarInterval:
+    """The paired accuracy difference A − B with the exact interval that agrees with the test."""
+
+    n: int
+    b: int
+    c: int
+    delta: float
+    lo: float
+    hi: float
+    p_value: float
+
+
+def mcnemar_interval(correct_a: ArrayLike, correct_b: ArrayLike, level: float = 0.95) -> McNemarInterval:
+    """A − B with the interval of the exact McNemar test, so that the two never disagree.
+
+    A bootstrap interval of the difference and the exact McNemar p-value are two tests; on 600
+    items one can exclude 0 while the other gives p = 0.058. This interval is the exact one of
+    the same conditional model: given the ``d = b + c`` discordant items, ``b ~ Binomial(d, π)``
+    and ``A − B = (d / n)(2π − 1)``, so the Clopper–Pearson interval of ``π`` maps to one of the
+    difference. It inverts the two one-sided exact binomial tests at ``(1 − level) / 2`` each, so
+    at level 0.95 it excludes 0 exactly when :func:`mcnemar_exact`'s p-value is below 0.05.
+    """
+    _check_level(level)
+    a = _as_outcomes("correct_a", correct_a)
+    b_arr = _as_outcomes("correct_b", correct_b)
+    _check_paired(a, b_arr)
+    n = int(a.size)
+    if n == 0:
+        raise CubeError("mcnemar_interval needs at least one paired item")
+    test = mcnemar_exact(a, b_arr)
+    d = test.b + test.c
+    delta = (test.b - test.c) / n
+    if d == 0:
+        return McNemarInterval(n, 0, 0, 0.0, 0.0, 0.0, 1.0)
+    from scipy.stats import beta
+
+    tail = (1.0 - level) / 2.0
+    pi_lo = float(beta.ppf(tail, test.b, d - test.b + 1)) if test.b > 0 else 0.0
+    pi_hi = float(beta.ppf(1.0 - tail, test.b + 1, d - test.b)) if test.b < d else 1.0
+    scale = d / n
+    return McNemarInterval(n, test.b, test.c, delta, scale * (2 * pi_lo - 1), scale * (2 * pi_hi - 1),
+                           test.p_value)
+
+
+def mcnemar_power(n: int, discordant_rate: float, delta: float, alpha: float = 0.05) -> float:
+    """Power of the two-sided exact McNemar test to detect an accuracy difference ``delta``.
+
+    The items split into discordant ones at rate ``discordant_rate`` (taken from the data: the
+    protocol's effect on it is what a study can plan with), of which a share
+    ``π = (1 + delta / discordant_rate) / 2`` favour A. Power sums, over every discordant count
+    ``d ~ Binomial(n, discordant_rate)``, the probability that ``b ~ Binomial(d, π)`` lands in
+    the test's rejection region at ``d``; it is exact, not simulated.
+    """
+    from scipy.stats import binom
+
+    if n < 1:
+        raise CubeError(f"mcnemar_power needs n >= 1 items, got {n!r}")
+    if not 0.0 < discordant_rate <= 1.0:
+        raise CubeError(f"discordant_rate must lie in (0, 1], got {discordant_rate!r}")
+    if abs(delta) > discordant_rate:
+        raise CubeError(f"an accuracy difference of {delta!r} needs at least that share of discordant items, "
+                        f"got {discordant_rate!r}")
+    if not 0.0 < alpha < 1.0:
+        raise CubeError(f"alpha must lie in (0, 1), got {alpha!r}")
+    pi = 0.5 * (1.0 + delta / discordant_rate)
+    ds = np.arange(n + 1)
+    weight = binom.pmf(ds, n, discordant_rate)
+    power = 0.0
+    for d, w in zip(ds, weight):
+        if d == 0 or w < 1e-15:
+            continue
+        ks = np.arange(d + 1)
+        lower = bdtr(np.minimum(ks, d - ks), d, 0.5)
+        reject = np.minimum(1.0, 2.0 * lower) < alpha
+        power += w * float(binom.pmf(ks[reject], d, pi).sum())
+    return float(power)
 
 
 def paired_bootstrap_ci(
@@ -311,6 +442,46 @@ def clustered_bootstrap_ci(
     alpha = 1.0 - level
     lo, hi = np.quantile(deltas, [alpha / 2.0, 1.0 - alpha / 2.0])
     return ClusteredDifference(total / n, float(lo), float(hi), (1 + far) / (B + 1), n, n_clusters)
+
+
+# --------------------------------------------------------------------------------------------
+# Several tests at once
+# --------------------------------------------------------------------------------------------
+
+
+def holm_adjust(p_values: ArrayLike) -> NDArray[np.float64]:
+    """Holm's step-down adjusted p-values: reject ``i`` at level α when ``adjusted[i] < α``.
+
+    A page that runs k tests and reports the ones below 0.05 reports about 0.05 k false positives;
+    Holm's correction holds the chance of any false positive to α for every k, with no
+    assumption about how the tests depend on each other, and rejects at least what Bonferroni's
+    does. The i-th smallest p is multiplied by ``k − i`` (0-based), kept monotone, capped at 1.
+    """
+    p = np.asarray(p_values, dtype=np.float64)
+    if p.ndim != 1:
+        raise CubeError(f"p_values must be 1-D, got shape {p.shape}")
+    if p.size and (np.isnan(p).any() or p.min() < 0.0 or p.max() > 1.0):
+        raise CubeError("p_values must lie in [0, 1]")
+    k = p.size
+    order = np.argsort(p, kind="stable")
+    stepped = np.maximum.accumulate((k - np.arange(k)) * p[order])
+    adjusted = np.empty(k, dtype=np.float64)
+    adjusted[order] = np.minimum(1.0, stepped)
+    return adjusted
+
+
+def above_chance_p(n_correct: int, n: int, chance: float) -> float:
+    """One-sided exact binomial p-value of ``n_correct`` of ``n`` against a guesser's rate.
+
+    "Genuine accuracy" is accuracy a guesser would not reach: with four options, above 1/4. A
+    scorer that only matches a tie-break reaches the tie-break's rate, which is not a test of
+    the model; against chance it is.
+    """
+    if not 0 <= n_correct <= n or n < 1:
+        raise CubeError(f"need 0 <= n_correct <= n and n >= 1, got {n_correct!r} of {n!r}")
+    if not 0.0 < chance < 1.0:
+        raise CubeError(f"chance must lie in (0, 1), got {chance!r}")
+    return float(bdtr(n - n_correct, n, 1.0 - chance)) if n_correct > 0 else 1.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -501,6 +672,16 @@ class NoiseFloor:
     p95: float
     samples: NDArray[np.float64]
 
+    @property
+    def replicates(self) -> int:
+        return int(self.samples.size)
+
+    @property
+    def mean_se(self) -> float:
+        """Monte Carlo standard error of ``mean``: a floor from B draws is itself an estimate, and
+        a mean from B = 1000 moves by about its own 3 % between seeds."""
+        return float(self.samples.std(ddof=1) / math.sqrt(self.samples.size)) if self.samples.size > 1 else math.nan
+
 
 def _check_floor_args(B: int, chunk: int) -> None:
     if B < 1:
@@ -639,13 +820,22 @@ def footrule_has_power(floor: NoiseFloor) -> bool:
     return floor.p95 < 1.0
 
 
-def footrule_verdict(observed: float, floor: NoiseFloor, n_models: int) -> str:
-    """The one-line reading of a footrule against its floor, with the no-power case named."""
+def footrule_verdict(observed: float, floor: NoiseFloor, n_models: int, effect: float | None = None) -> str:
+    """The one-line reading of a footrule against its floor, with both no-power cases named.
+
+    ``effect`` is the shift a source reports (the paper's footrule): a floor whose p95 is at
+    least that large could not have shown it, so "within the floor" would read as evidence
+    against the source when it is only a lack of power. Every page reads footrules through this
+    one function, so the paper page, Results and claim 3's notebook say the same words.
+    """
     if not footrule_has_power(floor):
         return (f"no power at n = {n_models}: the floor's 95th percentile is the largest "
                 f"footrule {n_models} models can reach")
     if observed > floor.p95:
         return "beyond the floor's 95th percentile"
+    if effect is not None and floor.p95 >= effect:
+        return (f"no power at n = {n_models} for a shift of {effect:g}: within the floor, and only a "
+                f"footrule above its 95th percentile {floor.p95:.3f} could exceed it")
     return "within the floor"
 
 

@@ -291,3 +291,31 @@ def _torch_dtype(dtype: str):
 
 __all__ = ["ModelSource", "ModelPart", "model_sources", "model_source", "ensure_model", "load_model", "model_dir",
            "model_tokenizer", "write_tokenizer"]
+
+
+@dataclass(frozen=True)
+class StudyCheckpoint:
+    """One of the paper's 18 checkpoints: its tokenizer family, and whether it scores labels."""
+
+    name: str
+    hf: str
+    family: str
+    role: str  # "label" (label scoring and generation) or "generation" (generation only)
+
+
+def study_checkpoints() -> dict[str, StudyCheckpoint]:
+    """The ``checkpoints`` section of config/models.yaml: the paper's models, by name."""
+    path = config_dir() / "models.yaml"
+    data = load_yaml(path) or {}
+    entries = data.get("checkpoints") if isinstance(data, dict) else None
+    if not isinstance(entries, dict) or not entries:
+        raise ConfigError(f"no `checkpoints` section in {path}")
+    out = {}
+    for name, entry in entries.items():
+        if not isinstance(entry, dict) or not entry.get("hf") or not entry.get("family"):
+            raise ConfigError(f"{path}: checkpoint {name!r} needs `hf` and `family`")
+        role = str(entry.get("role", "label"))
+        if role not in ("label", "generation"):
+            raise ConfigError(f"{path}: checkpoint {name!r} has role {role!r}; known: label, generation")
+        out[str(name)] = StudyCheckpoint(str(name), str(entry["hf"]), str(entry["family"]), role)
+    return out

@@ -1,8 +1,10 @@
-"""cube.paper.claims: the paper's results as data, the verdict rule, and the row builders."""
+"""cube.paper.claims: the sources' results as quoted data, the verdict rule, and the row builders."""
 
 from __future__ import annotations
 
+import os
 from fractions import Fraction
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,32 +14,92 @@ import yaml
 from cube.analysis.stats import NoiseFloor
 from cube.config import REPO_ROOT
 from cube.errors import ConfigError
+from cube.harness.models import study_checkpoints
 from cube.paper import claims as P
 from cube.tokenizers.audit import read_prediction
 
 PAPER = P.load_paper()
-# the results issue #13 lists, each of which must be a row of the paper page
-LISTED = ["table2", "degenerate_cells", "predictions_confirmed", "sequence_recovers", "internlm3_partial",
-          "footrule_strict", "footrule_lenient", "records_no_text", "smoke_seconds", "whitespace_accuracy",
-          "whitespace_ece", "whitespace_rank", "guesser_expectation", "exam_baselines", "best_fixed_string",
-          "cohort_percentiles", "ceval_structure", "few_shot_dev", "parse_failure_warning"]
+PREDICTION = read_prediction(REPO_ROOT / "data" / "predictions" / "audit_frozen.json")
+CHECKPOINTS = study_checkpoints()
+REFERENCES = Path(os.environ.get("CUBE_REFERENCES", REPO_ROOT.parent / "shared" / "references"))
 
 
-def test_the_paper_is_named_and_every_listed_result_is_data_with_a_section():
+def reference_text(source: str) -> str:
+    path = REFERENCES / PAPER.sources[source].file
+    if not path.is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"the source texts are not at {REFERENCES} (set CUBE_REFERENCES)")
+        pytest.skip(f"the source texts are not at {REFERENCES} (set CUBE_REFERENCES)")
+    return path.read_text(encoding="utf-8")
+
+
+# ---- the sources, quoted ------------------------------------------------------------------------
+
+def test_the_papers_scale_is_its_own_7_families_18_checkpoints_12925_items():
     assert PAPER.title.startswith("Same Exam, Different Scores") and PAPER.venue == "NLPCC 2026"
     assert PAPER.citation.startswith("Zhang and Xia, ")
-    assert [r.id for r in PAPER.results] == LISTED
-    assert all(r.section and r.value and r.claim for r in PAPER.results)
-    assert PAPER.scale == P.Scale(models=18, families=9) and len(PAPER.families) == 9
-    assert PAPER.result("footrule_strict").numbers == {"footrule": 0.472, "multiple_of_mean": 77}
+    assert PAPER.scale == P.Scale(models=18, items=12925, families=7, note=PAPER.scale.note)
+    assert len(PAPER.families) == 7 and PAPER.families["Qwen2.5/Qwen3"] == ("qwen2.5", "qwen3", "r1-distill-qwen")
+    assert len(PAPER.tokenizers) == 9 and PAPER.benchmark == "C-Eval + CMMLU"
+    roles = [c.role for c in CHECKPOINTS.values()]
+    assert len(CHECKPOINTS) == 18 and roles.count("label") == PAPER.label_scoring_models == 16
+
+
+@pytest.mark.parametrize("result", PAPER.results, ids=lambda r: r.id)
+def test_every_result_quotes_its_source_verbatim_and_its_numbers_are_in_the_quote(result):
+    text = reference_text(result.source)
+    assert P.quote_found(result.quote, text), f"{result.id}: quote not in {PAPER.sources[result.source].file}"
+    numbers = {k: v for k, v in result.numbers.items() if k != "matrix"}
+    for value in P.scalars(numbers):
+        assert P.number_in_quote(value, result.quote), f"{result.id}: {value!r} is not in its quote"
+
+
+@pytest.mark.parametrize("key", sorted(PAPER.sources))
+def test_every_sources_scale_is_quoted_from_it(key):
+    source = PAPER.sources[key]
+    text = reference_text(key)
+    assert P.quote_found(source.quote, text) and P.quote_found(source.scale_quote, text)
+    for value in (source.scale.models, source.scale.items, source.scale.families):
+        if value is not None:
+            stated = P.number_in_quote(value, source.quote + source.scale_quote)
+            # "八个模型": the ladder study spells its model count in Chinese
+            assert stated or (key == "ladder" and value == 8 and "八个模型" in source.scale_quote), (key, value)
+
+
+def test_table2_is_the_papers_matrix_row_by_row():
+    text = reference_text("paper")
+    matrix = PAPER.result("table2").numbers["matrix"]
+    assert sorted(matrix) == sorted(PAPER.tokenizers)
+    for row, cells in matrix.items():
+        line = f"{row} {{" + ", ".join(f"'{ls}': '{v}'" for ls, v in cells.items()) + "}"
+        assert P.quote_found(line, text), line
+
+
+def test_the_quote_checks_can_fail():
+    assert not P.quote_found("12 of 65 (16 label-scoring", reference_text("paper"))
+    assert P.number_in_quote(0.02, "超过 2% 就") and not P.number_in_quote(0.03, "超过 2% 就")
+    assert P.number_in_quote(12925, "C-Eval + CMMLU, 12,925 shared items")
+    assert P.number_in_quote(11, "Eleven of the twelve") and not P.number_in_quote(10, "Eleven of the twelve")
+
+
+def test_each_non_paper_result_names_a_source_other_than_the_paper():
+    by_claim = {r.id: r.source for r in PAPER.results}
+    assert {by_claim[i] for i in ("whitespace_accuracy", "whitespace_ece", "whitespace_rank")} == {"whitespace"}
+    assert {by_claim[i] for i in ("guesser_expectation", "exam_baselines", "ladder_gap")} == {"ladder"}
+    assert {by_claim[i] for i in ("ceval_structure", "few_shot_dev", "cot_vs_answer_only")} == {"practice"}
+    assert PAPER.result("ladder_gap").scale.models == 8 and PAPER.result("whitespace_ece").scale.models == 15
 
 
 def test_load_paper_names_the_bad_entry(tmp_path):
     raw = yaml.safe_load((REPO_ROOT / "config" / "paper.yaml").read_text(encoding="utf-8"))
-    raw["results"][1]["section"] = ""
+    raw["results"][1]["quote"] = ""
     path = tmp_path / "paper.yaml"
     path.write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"results\[1\]: missing section"):
+    with pytest.raises(ConfigError, match=r"results\[1\]: missing quote"):
+        P.load_paper(path)
+    raw["results"][1] = dict(raw["results"][0], source="nowhere")
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
+    with pytest.raises(ConfigError, match="unknown source 'nowhere'"):
         P.load_paper(path)
     raw["results"][1] = dict(raw["results"][0])
     path.write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
@@ -45,47 +107,131 @@ def test_load_paper_names_the_bad_entry(tmp_path):
         P.load_paper(path)
 
 
+# ---- the verdict rule ---------------------------------------------------------------------------
+
 @pytest.mark.parametrize("ours, expected", [
-    (P.Reproduction("v", P.Scale(18, 600, 9), True), "reproduced"),
+    (P.Reproduction("v", P.Scale(18, 12925, 7), True), "reproduced"),
     (P.Reproduction("v", P.Scale(4, 600), True), "reproduced at smaller scale"),
     (P.Reproduction("v", P.Scale(families=5), True), "reproduced at smaller scale"),
     (P.Reproduction("v", P.Scale(4, 600), False), "contradicted"),
     (P.Reproduction("v", P.Scale(4, 600), None, "no key here"), "not reproducible here (no key here)"),
+    (P.Reproduction("v", P.Scale(4, 600), None, "at chance", no_power=True), "no power at this scale (at chance)"),
+    (P.Reproduction("v", P.Scale(), True, kind="setting"), "implemented as the source states"),
+    (P.Reproduction("v", P.Scale(), False, kind="setting"), "implemented differently from the source"),
 ])
 def test_the_verdict_rule(ours, expected):
-    result = P.PaperResult("x", "1", "Table 2", "r", "v", P.Scale(18, None, 9))
+    result = P.PaperResult("x", "1", "paper", "Table 2", "r", "v", "q", P.Scale(18, 12925, 7))
     assert P.verdict(result, ours) == expected
+
+
+def test_a_setting_is_never_counted_as_reproduced():
+    result = PAPER.result("few_shot_dev")
+    row = P.few_shot_dev(result, 4, 134, "cmmlu", 5)
+    assert P.verdict(result, row) == P.IMPLEMENTED
+    rows = [P.Row(result, row, P.verdict(result, row))]
+    counts = P.verdict_counts(rows)
+    assert counts[P.REPRODUCED] == counts[P.SMALLER] == 0 and counts[P.IMPLEMENTED] == 1
+    assert P.verdict_summary(rows).startswith("of 0 results tested")
+    parse = P.parse_failure_row(PAPER.result("parse_failure_warning"), 0.02, [], 3)
+    assert P.verdict(PAPER.result("parse_failure_warning"), parse) == P.IMPLEMENTED
+    smoke = P.timing_row(PAPER.result("smoke_seconds"), 4.0, "cube smoke")
+    assert P.verdict(PAPER.result("smoke_seconds"), smoke) == P.IMPLEMENTED
 
 
 def test_scale_compares_only_what_both_state():
     assert not P.Scale(note="closed form").smaller_than(P.Scale(note="closed form"))
     assert not P.Scale(4).smaller_than(P.Scale(items=600))
+    assert P.Scale(cells=48).smaller_than(P.Scale(cells=64))
     assert P.Scale(4, 600).text() == "4 models, 600 items" and P.Scale().text() == "not stated"
 
 
 def test_compare_answers_every_result_and_only_those():
     answers = {r.id: P.Reproduction("v", r.scale, True) for r in PAPER.results}
     rows = P.compare(PAPER, answers)
-    assert [r.paper.id for r in rows] == LISTED
-    html = P.rows_html(rows)
-    assert all(f'data-result="{i}"' in html for i in LISTED) and html.count("<tr data-result") == len(LISTED)
+    ids = [r.id for r in PAPER.results]
+    html = P.rows_html(rows, PAPER)
+    assert all(f'data-result="{i}"' in html for i in ids) and html.count("<tr data-result") == len(ids)
+    assert html.index("verdict-") < html.index(PAPER.result("table2").result)  # the verdict comes first
     with pytest.raises(ConfigError, match="no reproduction for result.* table2"):
         P.compare(PAPER, {k: v for k, v in answers.items() if k != "table2"})
     with pytest.raises(ConfigError, match="unknown result.* extra"):
         P.compare(PAPER, {**answers, "extra": answers["table2"]})
 
 
-def effect(model, acc_strict, acc_seq, p):
-    return SimpleNamespace(model=model, label_set="L4_circled", acc_strict=acc_strict, acc_seq=acc_seq, p_value=p)
+# ---- the paper's degenerate cells ---------------------------------------------------------------
+
+def test_only_the_papers_checkpoints_count_toward_its_12_of_64():
+    row = P.degenerate_cells(PAPER, PAPER.result("degenerate_cells"), PREDICTION, CHECKPOINTS)
+    assert row.holds is True and row.scale == P.Scale(models=12, cells=48)
+    assert "48 of the 64 cells can be audited here, 16 cannot" in row.value
+    assert "predicts 9 of the 48 DEGEN, the same cells as the paper's Table 2: 9 of its 12" in row.value
+    # SmolLM2 has 3 DEGEN cells under zh_cue in the frozen audit; they are not the paper's
+    smollm2 = [c for c in PREDICTION["cells"] if c["family"] == "smollm2" and c["context"] == "zh_cue"
+               and c["verdict"] == "DEGEN"]
+    assert len(smollm2) == 3 and "smollm2" not in row.value
 
 
-def test_recovery_is_judged_cell_by_cell():
-    up = effect("big", 0.235, 0.445, 1e-12)
-    assert P.sequence_recovers([up], 4, 600).holds is True
-    chance = P.sequence_recovers([up, effect("tiny", 0.28, 0.267, 0.23)], 4, 600)
-    assert chance.holds is None and "tiny / L4_circled (0.280 vs 0.267, p = 0.23)" in chance.why
-    assert P.sequence_recovers([up, effect("bad", 0.4, 0.3, 0.001)], 4, 600).holds is False
+def test_a_prediction_that_departs_from_table2_contradicts_it():
+    changed = dict(PREDICTION, cells=[dict(c, verdict="max1tok", collision_groups=[])
+                                      if (c["family"], c["label_set"], c["context"]) == ("qwen3", "L4_circled", "zh_cue")
+                                      else c for c in PREDICTION["cells"]])
+    row = P.degenerate_cells(PAPER, PAPER.result("degenerate_cells"), changed, CHECKPOINTS)
+    assert row.holds is False and "qwen3-0.6b / L4_circled" in row.why
+    matrix = P.audit_matrix(PAPER, PAPER.result("table2"), changed, True)
+    assert matrix.holds is False and "qwen3 / L4_circled: paper DEGEN, here max1tok" in matrix.why
 
+
+def test_table2_row_compares_every_audited_cell():
+    row = P.audit_matrix(PAPER, PAPER.result("table2"), PREDICTION, True)
+    assert row.holds is True and row.scale == P.Scale(families=3, cells=20)
+    assert "no offline tokenizer: glm4, internlm3, yi1.5, map-neo" in row.value
+    assert "audited besides (not in the paper): smollm2" in row.value
+    assert P.verdict(PAPER.result("table2"), row) == P.SMALLER
+    assert P.audit_matrix(PAPER, PAPER.result("table2"), PREDICTION, False).holds is False
+
+
+def test_the_audited_collisions_are_all_way():
+    row = P.collisions_all_way(PAPER, PAPER.result("collisions_all_way"), PREDICTION, CHECKPOINTS)
+    assert row.holds is True and "9 of the 9 degenerate cells audited here are all-way" in row.value
+    assert "internlm3-8b-instruct" in row.value
+
+
+# ---- recovery in the flagged cells --------------------------------------------------------------
+
+def effect(model, acc_strict, acc_seq, n=600):
+    return SimpleNamespace(model=model, label_set="L4_circled", acc_strict=acc_strict, acc_seq=acc_seq, n_paired=n)
+
+
+FAMILIES = {"big": "qwen2.5", "tiny": "qwen2.5", "demo": "smollm2"}
+
+
+def test_a_chance_level_flagged_cell_has_no_power():
+    cells = P.recovery_cells([effect("big", 0.235, 0.445), effect("tiny", 0.235, 0.268)],
+                             {"big": (302, 600), "tiny": (145, 600)})
+    assert [c.verdict for c in cells] == ["reproduced", "no power"]
+    row = P.sequence_recovers(cells, PAPER, FAMILIES, 600)
+    assert row.holds is True and "1 cell without power" in row.why
+    only_tiny = P.recovery_cells([effect("tiny", 0.235, 0.268)], {"tiny": (145, 600)})
+    none = P.sequence_recovers(only_tiny, PAPER, FAMILIES, 600)
+    assert none.holds is None and none.no_power and P.verdict(PAPER.result("sequence_recovers"), none).startswith(P.NO_POWER)
+
+
+def test_recovery_is_judged_against_chance_not_the_tiebreak_and_holm_corrected():
+    # above the tie-break (0.235) but not above chance once corrected over two cells
+    weak = P.recovery_cells([effect("big", 0.235, 0.285), effect("tiny", 0.235, 0.27)],
+                            {"big": (302, 600), "tiny": (145, 600)})
+    assert weak[0].verdict == "contradicted" and weak[0].p_seq >= 0.05
+    row = P.sequence_recovers(weak, PAPER, FAMILIES, 600)
+    assert row.holds is False and "big / L4_circled" in row.why
+
+
+def test_cells_of_models_outside_the_papers_families_are_reported_not_counted():
+    cells = P.recovery_cells([effect("demo", 0.235, 0.232)], {"demo": (164, 600)})
+    row = P.sequence_recovers(cells, PAPER, FAMILIES, 600)
+    assert row.holds is None and not row.no_power and "no flagged cell of the paper's families" in row.value
+
+
+# ---- claim 3 ------------------------------------------------------------------------------------
 
 def shift(observed, p95, n=4):
     floor = NoiseFloor(p95 / 2, p95, np.array([0.0, p95]))
@@ -99,21 +245,69 @@ def test_a_footrule_inside_a_floor_wider_than_the_papers_effect_has_no_power():
     result = PAPER.result("footrule_strict")  # 0.472
     assert P.footrule_row(result, shift(0.6, 0.5), "M6-strict").holds is True
     weak = P.footrule_row(result, shift(0.125, 0.5), "M6-strict")
-    assert weak.holds is None and weak.why.startswith("no power with 4 models")
-    assert "n = 4 models" in weak.value and "⌊n²/2⌋" in weak.value
+    assert weak.holds is None and weak.no_power
+    assert weak.why == ("no power at n = 4 for a shift of 0.472: within the floor, and only a footrule above "
+                        "its 95th percentile 0.500 could exceed it")
+    assert "n = 4 models" in weak.value and "B = 2" in weak.value and "Monte Carlo" in weak.value
     assert P.footrule_row(result, shift(0.1, 0.3), "M6-strict").holds is False  # the floor would have shown it
 
 
-def test_a_floor_at_the_largest_attainable_footrule_is_no_power_not_within_the_floor():
-    result = PAPER.result("footrule_lenient")  # 0.167: below the floor's p95, so not the other no-power case
-    row = P.footrule_row(result, shift(0.125, 1.0, n=3), "M6-lenient")
-    assert row.holds is None
-    assert row.why == "no power with 3 models: the floor's p95 1.000 is the largest footrule 3 models can reach"
-    assert "n = 3 models, normalised by ⌊n²/2⌋ = 4" in row.value
-    assert "each protocol's own p95: 0.500 and 0.500" in row.value
+def test_a_floor_at_the_largest_attainable_footrule_is_no_power():
+    row = P.footrule_row(PAPER.result("footrule_lenient"), shift(0.125, 1.0, n=3), "M6-lenient")
+    assert row.holds is None and row.no_power
+    assert row.why == "no power at n = 3: the floor's 95th percentile is the largest footrule 3 models can reach"
 
 
-def test_the_closed_forms_against_the_papers_values():
+# ---- the whitespace study -----------------------------------------------------------------------
+
+def ws(model, delta, p_holm, power, lo=-0.01, hi=0.02):
+    return P.WhitespaceEffect(model, 600, 0.25, 0.25 + delta, delta, lo, hi, p_holm, p_holm, power)
+
+
+def test_whitespace_accuracy_separates_no_power_from_contradiction():
+    result = PAPER.result("whitespace_accuracy")
+    low = P.whitespace_accuracy(result, [ws("a", 0.01, 1, 0.2), ws("b", 0.045, 0.23, 0.17), ws("c", -0.003, 1, 1.0)], 600)
+    assert low.holds is None and low.no_power and "2 of 3 models change in the source's direction" in low.value
+    flat = P.whitespace_accuracy(result, [ws("a", 0.0, 1, 0.9), ws("b", 0.0, 1, 0.95), ws("c", 0.01, 1, 0.2)], 600)
+    assert flat.holds is False
+    assert P.whitespace_accuracy(result, [ws("a", -0.03, 0.01, 0.9)], 600).holds is False
+    assert P.whitespace_accuracy(result, [ws("a", 0.03, 0.01, 0.9), ws("b", 0.02, 0.02, 0.9)], 600).holds is True
+
+
+def ratio(model, a, b, lo, hi):
+    return P.CalibrationRatio(model, a, b, a / b, lo, hi, 10, 2000)
+
+
+def test_the_ece_reversal_is_reported_per_model_with_its_interval():
+    ratios = [ratio("gemma", 0.382, 0.110, 2.8, 4.6), ratio("qwen", 0.460, 0.141, 2.5, 4.4),
+              ratio("big", 0.189, 0.091, 1.4, 2.8), ratio("smollm2", 0.328, 0.563, 0.55, 0.61)]
+    row = P.whitespace_ece(PAPER.result("whitespace_ece"), ratios, 600)
+    assert row.holds is True and "smollm2 0.328 → 0.563 (0.58× [0.55, 0.61])" in row.value
+    assert "higher for 1" in row.value and "10 equal-width bins" in row.value and "B = 2,000" in row.value
+    reversal = P.whitespace_ece_reversal(PAPER.result("whitespace_ece_reversal"), ratios, 600)
+    assert reversal.holds is True and "smollm2" in reversal.value
+    mostly_worse = [ratio("a", 0.1, 0.3, 0.2, 0.5), ratio("b", 0.1, 0.2, 0.3, 0.7), ratio("c", 0.3, 0.1, 2, 4)]
+    assert P.whitespace_ece(PAPER.result("whitespace_ece"), mostly_worse, 600).holds is False
+    unclear = [ratio("a", 0.1, 0.11, 0.7, 1.3), ratio("b", 0.3, 0.1, 2, 4)]
+    assert P.whitespace_ece(PAPER.result("whitespace_ece"), unclear, 600).no_power
+
+
+def test_a_ranking_claim_about_other_models_is_not_contradicted_by_ours():
+    kept = P.whitespace_rank(["a", "b", "c"], [0.5, 0.4, 0.3], [0.5, 0.3, 0.4], 600)
+    assert kept.holds is None and "keep their order" in kept.value and "2 of 3 models change rank" in kept.value
+    assert P.whitespace_rank(["a", "b"], [0.5, 0.4], [0.3, 0.4], 600).holds is True
+
+
+def test_a_tie_broken_by_the_other_form_counts_as_a_rank_change_as_the_footrule_does():
+    # two models tied under one form, separated under the other: the footrule is 1/8 (n = 4), and
+    # the rank count must say the same models moved (they share rank 2.5, then take 2 and 3)
+    row = P.whitespace_rank(["a", "b", "c", "d"], [0.5, 0.3, 0.3, 0.2], [0.5, 0.31, 0.3, 0.2], 600)
+    assert "2 of 4 models change rank (b, c)" in row.value and "footrule 0.125" in row.value
+
+
+# ---- the ladder and the practice guide ----------------------------------------------------------
+
+def test_the_closed_forms_against_the_ladder_studys_values():
     from cube.analysis.credit import expected_score, load_exam, random_guess_baseline, resolve_scheme
 
     row = P.exact_value(PAPER.result("guesser_expectation"), "expected", expected_score(resolve_scheme("ladder")), "")
@@ -126,26 +320,44 @@ def test_the_closed_forms_against_the_papers_values():
     assert P.baseline_range(PAPER.result("exam_baselines"), {"a": Fraction(20)}, "").holds is False
 
 
+def test_accuracy_not_predicting_the_gap_has_no_power_with_four_models():
+    gaps = [P.LadderGap(m, 67, acc, gap) for m, acc, gap in
+            [("a", 0.25, 0.15), ("b", 0.29, 0.157), ("c", 0.37, 0.175), ("d", 0.38, 0.173)]]
+    row = P.ladder_accuracy_not_predict(gaps)
+    assert row.no_power and "smallest attainable p is 0.083" in row.why
+    assert P.ladder_gap(PAPER.result("ladder_gap"), gaps).holds is None
+
+
+def test_the_ceval_map_agrees_with_the_guides_categories_and_is_a_setting():
+    from cube.protocol.taxonomy import load_taxonomy
+
+    row = P.ceval_structure(PAPER.result("ceval_structure"), load_taxonomy("ceval"))
+    assert row.holds is True and row.kind == "setting" and "52 subjects" in row.value
+    assert P.verdict(PAPER.result("ceval_structure"), row) == P.IMPLEMENTED
+    assert P.ceval_items(PAPER.result("ceval_items"), {"dev": 260, "val": 1346, "test": 12342}).holds is True
+    assert P.ceval_items(PAPER.result("ceval_items"), {"dev": 260, "val": 1346, "test": 11000}).holds is False
+
+
+def cot(model, ao, c, p_holm, fail, extractor="M6-strict"):
+    return P.CotComparison(model, extractor, 67, ao, c, p_holm, p_holm, fail)
+
+
+def test_cot_against_answer_only_follows_the_guides_own_parse_failure_rule():
+    untrusted = P.cot_vs_answer_only([cot("a", 0.3, 0.06, 0.002, 0.78)], 0.02)
+    assert untrusted.no_power and "exceeds the guide's 2%" in untrusted.why
+    below = P.cot_vs_answer_only([cot("a", 0.5, 0.3, 0.001, 0.01)], 0.02)
+    assert below.holds is False
+    above = P.cot_vs_answer_only([cot("a", 0.4, 0.55, 0.01, 0.0), cot("b", 0.3, 0.06, 0.002, 0.78)], 0.02)
+    assert above.holds is True
+    lenient_only = P.cot_vs_answer_only([cot("a", 0.4, 0.55, 0.01, 0.0, extractor="M6-lenient")], 0.02)
+    assert lenient_only.holds is None and not lenient_only.no_power
+
+
 def test_the_partial_collision_of_a_missing_tokenizer_names_its_substitute():
-    prediction = read_prediction(REPO_ROOT / "data" / "predictions" / "audit_frozen.json")
     report = SimpleNamespace(cells=[])
-    row = P.partial_collision(PAPER.result("internlm3_partial"), prediction, report)
+    row = P.partial_collision(PAPER.result("internlm3_partial"), PREDICTION, report)
     assert row.holds is None and row.why.startswith("internlm3: no offline source")
     assert row.substitute.startswith("smollm2's 甲 乙 丙 丁 partial collision (丙 = 丁")
-
-
-def test_the_audit_row_counts_only_the_papers_families():
-    prediction = read_prediction(REPO_ROOT / "data" / "predictions" / "audit_frozen.json")
-    row = P.audit_matrix(PAPER, prediction, True)
-    assert row.scale == P.Scale(families=5) and row.holds is True
-    assert "not available offline: glm4, internlm3, yi1.5, map-neo" in row.value and "audited besides: smollm2" in row.value
-    assert P.verdict(PAPER.result("table2"), row) == "reproduced at smaller scale"
-
-
-def test_a_ranking_claim_about_other_models_is_not_contradicted_by_ours():
-    kept = P.whitespace_rank(["a", "b", "c"], [0.5, 0.4, 0.3], [0.5, 0.3, 0.4], 600)
-    assert kept.holds is None and "keep their places" in kept.value
-    assert P.whitespace_rank(["a", "b"], [0.5, 0.4], [0.3, 0.4], 600).holds is True
 
 
 def test_leakage_reads_claim_5s_values_and_says_when_it_did_not_run():

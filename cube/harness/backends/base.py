@@ -137,6 +137,11 @@ def count_plans(counter: ForwardCounter, plans: list[RequestPlan], tree_minimum:
     counter.scored_tokens += sum(len(c.continuation_ids) for p in plans for c in p.continuations)
 
 
+# The one decoding every backend implements (HF: argmax per step; vLLM: temperature 0): an
+# evaluation that samples is not reproducible, so there is no option to.
+DECODING = "greedy"
+
+
 class Backend(ABC):
     """Scores continuations and generates greedily; deterministic for a fixed input and batch size."""
 

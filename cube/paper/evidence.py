@@ -1,0 +1,127 @@
+"""What the verdict builders of :mod:`cube.paper.claims` read, computed from the records.
+
+The builders judge; this module measures: per model the whitespace effect with the interval of
+the exact test, the ECE ratio with a bootstrap interval, the ladder gap of the true/false groups,
+chain-of-thought against answer-only with Holm-adjusted p-values. The notebooks call these, so
+the paper page and each claim's page show the same numbers computed once, by one function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cube.analysis.credit import credit_gap, judgments_from_records
+from cube.analysis.rescore import select
+from cube.analysis.stats import expected_calibration_error, holm_adjust, mcnemar_exact, mcnemar_interval, mcnemar_power
+from cube.paper.claims import CalibrationRatio, CotComparison, LadderGap, WhitespaceEffect
+from cube.records.store import list_matrix
+
+
+def _models(table: pa.Table) -> list[str]:
+    return sorted(pc.unique(table.column("model")).to_pylist()) if table.num_rows else []
+
+
+def _aligned(a: pa.Table, b: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The rows of two one-cell slices on their common items, in one uid order."""
+    common = sorted(set(a.column("uid").to_pylist()) & set(b.column("uid").to_pylist()))
+    value_set = pa.array(common)
+
+    def take(t: pa.Table) -> pa.Table:
+        t = t.filter(pc.is_in(t.column("uid"), value_set=value_set))
+        return t.take(pc.sort_indices(t, sort_keys=[("uid", "ascending")]))
+
+    return take(a), take(b)
+
+
+def reference_accuracy(table: pa.Table, protocol: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """Model -> (correct, n) under one protocol: the accuracy a flagged cell is judged against."""
+    rows = select(table, **protocol)
+    out = {}
+    for model in _models(rows):
+        correct = select(rows, model=model).column("correct").to_numpy()
+        out[model] = (int(correct.sum()), int(correct.size))
+    return out
+
+
+def whitespace_effects(separate: pa.Table, merged: pa.Table, points: float, alpha: float = 0.05) -> list[WhitespaceEffect]:
+    """Per model, merged − separate on the same items: exact McNemar, its consistent interval,
+    Holm over the models, and the test's power against a gain of ``points`` accuracy points at
+    the discordance observed (at least ``points``, the least a gain that size needs)."""
+    models = sorted(set(_models(separate)) & set(_models(merged)))
+    raw = []
+    for model in models:
+        a, b = _aligned(select(merged, model=model), select(separate, model=model))
+        ca, cb = a.column("correct").to_numpy(), b.column("correct").to_numpy()
+        interval = mcnemar_interval(ca, cb)
+        discordant = max((interval.b + interval.c) / interval.n, points / 100)
+        power = mcnemar_power(interval.n, min(1.0, discordant), points / 100, alpha)
+        raw.append((model, interval, float(cb.mean()), float(ca.mean()), power))
+    holm = holm_adjust([r[1].p_value for r in raw])
+    return [WhitespaceEffect(model, i.n, acc_sep, acc_merged, i.delta, i.lo, i.hi, i.p_value, float(ph), power)
+            for (model, i, acc_sep, acc_merged, power), ph in zip(raw, holm)]
+
+
+def _ece(probs: np.ndarray, gold: np.ndarray, n_bins: int) -> float:
+    p = probs / probs.sum(axis=1, keepdims=True)
+    return expected_calibration_error(p, gold, n_bins)
+
+
+def calibration_ratios(separate: pa.Table, merged: pa.Table, n_bins: int = 10, B: int = 2000,
+                       seed: int = 0) -> list[CalibrationRatio]:
+    """Per model ECE(separate) / ECE(merged) on the same items, with a 95 % percentile interval
+    from resampling the items (both forms on the same draw); above 1: the merged form calibrates
+    better, the source's direction."""
+    out = []
+    rng = np.random.default_rng(seed)
+    for model in sorted(set(_models(separate)) & set(_models(merged))):
+        a, b = _aligned(select(separate, model=model), select(merged, model=model))
+        pa_, pb = list_matrix(a, "probs").astype(np.float64), list_matrix(b, "probs").astype(np.float64)
+        ga, gb = a.column("gold").to_numpy().astype(np.int64), b.column("gold").to_numpy().astype(np.int64)
+        ece_a, ece_b = _ece(pa_, ga, n_bins), _ece(pb, gb, n_bins)
+        n = ga.size
+        ratios = np.empty(B)
+        for r in range(B):
+            idx = rng.integers(0, n, n)
+            eb = _ece(pb[idx], gb[idx], n_bins)
+            ratios[r] = _ece(pa_[idx], ga[idx], n_bins) / eb if eb > 0 else np.inf
+        lo, hi = np.quantile(ratios, [0.025, 0.975])
+        out.append(CalibrationRatio(model, ece_a, ece_b, ece_a / ece_b if ece_b > 0 else float("inf"),
+                                    float(lo), float(hi), n_bins, B))
+    return out
+
+
+def ladder_gaps(table: pa.Table, scheme: Any) -> list[LadderGap]:
+    """Per model the mean additive-minus-ladder gap of its true/false (TF) groups."""
+    tf = select(table, scorer="TF")
+    if not tf.num_rows:
+        return []
+    out = []
+    for model, counts in sorted(judgments_from_records(tf).items()):
+        gap = credit_gap(counts, scheme)
+        out.append(LadderGap(model, int(len(counts.correct)), float(gap.statement_accuracy), float(gap.mean_gap)))
+    return out
+
+
+def cot_comparisons(table: pa.Table, extractors: Sequence[str] = ("M6-strict", "M6-lenient"),
+                    answer_only_context: str = "zh_cue", cot_context: str = "cot",
+                    label_set: str = "L1_halfwidth") -> list[CotComparison]:
+    """Chain-of-thought against answer-only generation, per model and extractor, on the same
+    items, with the exact McNemar p Holm-adjusted over every comparison returned."""
+    raw = []
+    for extractor in extractors:
+        ao = select(table, scorer=extractor, label_set=label_set, context=answer_only_context, shots=0, order="original")
+        cot = select(table, scorer=extractor, label_set=label_set, context=cot_context, shots=0, order="original")
+        for model in sorted(set(_models(ao)) & set(_models(cot))):
+            a, b = _aligned(select(ao, model=model), select(cot, model=model))
+            ca, cb = a.column("correct").to_numpy(), b.column("correct").to_numpy()
+            test = mcnemar_exact(cb, ca)
+            fail = float(b.column("parse_failed").to_numpy().mean())
+            raw.append((model, extractor, int(ca.size), float(ca.mean()), float(cb.mean()), test.p_value, fail))
+    holm = holm_adjust([r[5] for r in raw])
+    return [CotComparison(m, e, n, acc_a, acc_c, p, float(ph), fail)
+            for (m, e, n, acc_a, acc_c, p, fail), ph in zip(raw, holm)]
