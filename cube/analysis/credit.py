@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import re
 import unicodedata
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
@@ -67,6 +68,10 @@ def load_exact_yaml(path: str | Path) -> Any:
     return read_yaml(path, ConfigError, "YAML file", loader=_ExactLoader)
 
 
+_EXPONENT = re.compile(r"[eE]([+-]?[0-9]+)\s*$")
+MAX_EXPONENT = 400  # beyond any score, count or share; 1e309 (past a float's range) still reads
+
+
 def to_fraction(value: Any, where: str) -> Fraction:
     """An exact number from an int, Fraction, decimal string or float (via its shortest text)."""
     if isinstance(value, bool) or value is None:
@@ -74,6 +79,11 @@ def to_fraction(value: Any, where: str) -> Fraction:
     if isinstance(value, (int, Fraction, Decimal)):
         return Fraction(value)
     text = repr(value) if isinstance(value, float) else str(value).strip()
+    exponent = _EXPONENT.search(text)
+    if len(text) > 100 or (exponent and abs(int(exponent.group(1))) > MAX_EXPONENT):
+        # Fraction("1e999999999") would build a billion-digit integer; no score or share needs it
+        raise ConfigError(f"{where}: {text[:40]!r} is out of range (at most 100 characters and an "
+                          f"exponent of at most ±{MAX_EXPONENT})")
     try:
         return Fraction(text)
     except (ValueError, ZeroDivisionError):
@@ -93,7 +103,9 @@ def _to_count(value: Any, where: str) -> int:
 def decimal_text(x: Fraction, places: int = 6) -> str:
     """A short decimal: exact when ``x`` terminates within ``places`` digits, else rounded."""
     with localcontext() as ctx:
-        ctx.prec = 60
+        # Enough digits for the integer part as well: a fixed 60 made quantize raise
+        # decimal.InvalidOperation for 1e309 (cube credit percentile HIST 1e309).
+        ctx.prec = max(60, len(str(abs(x.numerator) // x.denominator)) + places + 2)
         value = Decimal(x.numerator) / Decimal(x.denominator)
         value = value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN)
     text = f"{value:f}"

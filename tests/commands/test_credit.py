@@ -117,3 +117,15 @@ def test_python_dash_m_entry_point():
         timeout=120,
     )
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0
+
+
+def test_a_score_past_any_float_is_placed_and_an_absurd_one_refused(capsys):
+    """Issue 22, section 3: ``percentile HIST 1e309`` raised decimal.InvalidOperation (quantize to
+    60 digits); the rank of a score above every listed one is 100."""
+    hist = str(FIXTURES / "hist_small.csv")
+    code, out, err = run(capsys, "percentile", hist, "1e309")
+    assert code == 0, err
+    assert f"score 1{'0' * 309}: percentile rank 100" in out
+    code, out, err = run(capsys, "percentile", hist, "1e999999999")  # would build a billion-digit integer
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "SCORE: '1e999999999' is out of range" in err
