@@ -58,3 +58,22 @@ def tiny_qwen3(qwen3_tokenizer):
         eos_token_id=qwen3_tokenizer.token_to_id("<|im_end|>"),
     )
     return transformers.Qwen3ForCausalLM(config).to(torch.float32).eval()
+
+
+@pytest.fixture()
+def full_disk(tmp_path) -> Path:
+    """A real, nearly full file system: a 256 KiB tmpfs mounted on a temp folder, so that a write
+    fails with ENOSPC as on a full disk (no patched ``open``). Skipped where mounting is not allowed
+    (it needs root, or CAP_SYS_ADMIN)."""
+    import subprocess
+
+    mount = tmp_path / "full-disk"
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({proc.stderr.strip() or proc.returncode})")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)

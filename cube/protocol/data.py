@@ -22,6 +22,7 @@ Why it is careful:
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 import shutil
@@ -39,11 +40,14 @@ from cube import __version__
 from cube.atomic import atomic_write_text
 from cube.checksums import sha256_bytes, sha256_file
 from cube.config import config_dir, load_config
-from cube.errors import ChecksumError, ConfigError, ItemsError, SourceError
+from cube.errors import ChecksumError, ConfigError, ItemsError, SourceError, WriteError
 
 MANIFEST_NAME = "MANIFEST.json"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MAX_FILE_BYTES = 256 << 20  # no benchmark CSV comes near this; a bigger member is not data
+# All of a release's files together (CMMLU's 134 CSVs are about 11 MiB): checked on the sizes an
+# archive declares before a byte is read, since the files are held in memory until all are checked.
+_MAX_TOTAL_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,21 @@ def release(name: str) -> BenchmarkRelease:
 
 # ---- reading an archive or folder without trusting its names ---------------------------------
 
-Opener = Callable[[], bytes]
+@dataclass(frozen=True)
+class Opener:
+    """One file of an archive or folder: the size it declares, and a reader of its bytes.
+
+    The size is the archive's word (a zip's or tar's header, a file's stat), known before a
+    byte is decompressed: a 1 MB zip declaring 4 x 255 MiB members reached 1.35 GB of memory
+    before the per-file bound refused it. A zip's reader stops at the declared size (and fails
+    its CRC there), so a member that lies about its size cannot read more than it declared.
+    """
+
+    size: int
+    read: Callable[[], bytes]
+
+    def __call__(self) -> bytes:
+        return self.read()
 
 
 def _zip_members(path: Path) -> dict[str, Opener]:
@@ -115,19 +133,31 @@ def _zip_members(path: Path) -> dict[str, Opener]:
     for info in zf.infolist():
         is_link = (info.external_attr >> 16) & 0o170000 == 0o120000
         if not info.is_dir() and not is_link:
-            members[info.filename] = (lambda i=info: _bounded(zf.open(i), i.filename))
+            members[info.filename] = Opener(info.file_size, lambda i=info: _bounded(zf.open(i), i.filename))
     return members
 
 
 def _tar_members(path: Path) -> dict[str, Opener]:
     tf = tarfile.open(path)
-    return {m.name: (lambda m=m: _bounded(tf.extractfile(m), m.name))
+    return {m.name: Opener(m.size, lambda m=m: _bounded(tf.extractfile(m), m.name))
             for m in tf.getmembers() if m.isfile()}
 
 
 def _folder_members(path: Path) -> dict[str, Opener]:
-    return {p.relative_to(path).as_posix(): (lambda p=p: _bounded(p.open("rb"), str(p)))
+    return {p.relative_to(path).as_posix(): Opener(p.stat().st_size, lambda p=p: _bounded(p.open("rb"), str(p)))
             for p in path.rglob("*") if p.is_file() and not p.is_symlink()}
+
+
+def check_sizes(members: dict[str, Opener], where: str) -> None:
+    """Refuse, before reading any, members whose declared sizes no benchmark file comes near."""
+    for name, member in members.items():
+        if member.size > _MAX_FILE_BYTES:
+            raise SourceError(f"{where}: {name} declares {member.size:,} bytes, more than "
+                              f"{_MAX_FILE_BYTES >> 20} MiB; not a benchmark file")
+    total = sum(member.size for member in members.values())
+    if total > _MAX_TOTAL_BYTES:
+        raise SourceError(f"{where}: its {len(members)} data files declare {total:,} bytes together, more "
+                          f"than {_MAX_TOTAL_BYTES >> 20} MiB; not a benchmark release")
 
 
 def _bounded(fh, name: str) -> bytes:
@@ -218,6 +248,8 @@ def download(url: str, dest: Path, sha256: str | None, benchmark: str = "BENCHMA
                     digest.update(block)
                     bar.update(len(block))
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT):  # our disk, not the network
+            raise WriteError(f"cannot write {dest}: {exc.strerror}; nothing was installed") from None
         reason = getattr(exc, "reason", None) or exc
         raise SourceError(f"cannot download {url} ({reason}); download it yourself and run "
                           f"`cube data fetch {benchmark} --from FILE`") from None
@@ -292,13 +324,18 @@ def fetch(name: str, home: Path, source: Path | None = None, sha256: str | None 
                 raise ConfigError(f"--sha256 pins an archive's bytes, but {archive} is not a file")
         members = open_members(archive)
         located = locate_files(rel, list(members), where)
+        check_sizes({member: members[member] for member in located.values()}, where)
         contents = {path: members[member]() for path, member in located.items()}
         hashes = _check_files(rel, contents, where)
         staged = tmp / name
-        for path, data in contents.items():
-            (staged / path).parent.mkdir(parents=True, exist_ok=True)
-            (staged / path).write_bytes(data)
-        shutil.copyfile(rel.subject_map, staged / rel.subject_map_name)
+        try:  # a full disk: one line; the temp folder goes with the with-block
+            for path, data in contents.items():
+                (staged / path).parent.mkdir(parents=True, exist_ok=True)
+                (staged / path).write_bytes(data)
+            shutil.copyfile(rel.subject_map, staged / rel.subject_map_name)
+        except OSError as exc:
+            raise WriteError(f"cannot install {name} into {home}: {exc.strerror or exc}; nothing was "
+                             "installed") from None
         hashes[rel.subject_map_name] = sha256_file(staged / rel.subject_map_name)
         _parse_all(name, staged, rel.splits)  # a malformed row fails here, before installation
         atomic_write_text(staged / MANIFEST_NAME, json.dumps({

@@ -198,3 +198,56 @@ def test_cli_fetch_list_and_bad_input(cmmlu_zip, home, capsys):
     assert f"cmmlu: {home / 'cmmlu'} (installed by cube data fetch" in out
     assert "ceval: not found (get it with `cube data fetch ceval`)" in out
     assert main(["data", "verify", "cmmlu"]) == 0
+
+
+# ---- hostile archives and full disks (issue 22, section 3) -------------------------------------
+
+
+def test_declared_sizes_are_checked_before_any_member_is_read(tmp_path):
+    """A 1 MB zip of 4 x 255 MiB zeros in CMMLU's layout reached 1.35 GB of memory before the
+    per-file bound refused it. Now its declared sizes refuse it: the fetch (a subprocess, so that
+    its peak memory is its own) stays far below one member's size."""
+    import subprocess
+    import sys
+
+    archive = tmp_path / "bomb.zip"
+    block = bytes(1 << 20)
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
+        for name in ("dev/a.csv", "dev/b.csv", "test/a.csv", "test/b.csv"):
+            with zf.open(name, "w") as fh:
+                for _ in range(255):
+                    fh.write(block)
+    assert archive.stat().st_size < 2 << 20
+    script = ("import resource, sys\nfrom cube.cli import main\n"
+              f"code = main(['data', 'fetch', 'cmmlu', '--from', {str(archive)!r}])\n"
+              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\nsys.exit(code)\n")
+    env = {**__import__("os").environ, "CUBE_DATA": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("cube: error: ")
+    assert "declare 1,069,547,520 bytes together, more than 256 MiB" in proc.stderr
+    peak_mib = int(proc.stdout.split()[-1]) >> 10  # ru_maxrss is in KiB on Linux
+    assert peak_mib < 200, f"the refused fetch peaked at {peak_mib} MiB"
+    assert not (tmp_path / "home" / "cmmlu").exists()
+
+
+def test_one_member_declaring_more_than_the_bound_is_named(tmp_path):
+    archive = tmp_path / "big.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        zf.writestr("dev/a.csv", b"q,A,B,C,D,Answer\n")
+        with zf.open("test/a.csv", "w") as fh:
+            for _ in range(257):
+                fh.write(bytes(1 << 20))
+    with pytest.raises(SourceError, match=r"test/a\.csv declares 269,484,032 bytes, more than 256 MiB"):
+        data.fetch("cmmlu", tmp_path / "home", archive)
+
+
+def test_a_full_disk_during_a_fetch_is_one_line_and_leaves_nothing(cmmlu_zip, full_disk, capsys, monkeypatch):
+    from cube.cli import main
+
+    monkeypatch.setenv("CUBE_DATA", str(full_disk))
+    assert main(["data", "fetch", "cmmlu", "--from", str(cmmlu_zip)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("cube: error: cannot install cmmlu into"), err
+    assert "No space left on device" in err[0]
+    assert list(full_disk.iterdir()) == [], "the temp folder of the fetch was left behind"
