@@ -18,13 +18,20 @@ know to remove). Layout of ``BUNDLE/``::
     SHA256SUMS                    ``sha256sum`` format over every other file
 
 The bundle is built in a temp folder beside the target and renamed into place, as is
-``BUNDLE.tar.gz``, so an interrupted build leaves neither half-written. ``verify_bundle`` re-checks
-every checksum, the records' own manifest, the prediction's content hash and, given the items,
-the leakage audit.
+``BUNDLE.tar.gz``, so an interrupted build leaves neither half-written. Folder and tarball are one
+unit: the two renames run with SIGINT, SIGTERM and SIGHUP held back (a rename that fails puts the
+previous pair back), so a signal leaves both new or both old; only SIGKILL can stop a build
+between them, and then ``verify_bundle`` says that the folder and the tarball are not one build
+(their SHA256SUMS differ) and which is the older, and the next build (under an exclusive lock on
+the folder they live in) removes what the killed one left (``.BUNDLE.*.tmp``, ``.BUNDLE.*.old``).
+``verify_bundle`` re-checks every checksum, the records' own manifest, the bundle manifest's
+counts and flags against the records, the prediction's content hash and, given the items, the
+leakage audit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -46,7 +53,7 @@ from tqdm import tqdm
 
 from cube import __version__
 from cube.checksums import sha256_file
-from cube.errors import CubeError, RecordsError
+from cube.errors import CubeError, RecordsError, WriteError
 from cube.files import read_json
 from cube.protocol.items import Item
 from cube.records import leakage
@@ -672,7 +679,24 @@ def build_bundle(
     if metadata:
         manifest["records_metadata"] = metadata
 
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WriteError(f"cannot create {out.parent}: {exc.strerror or exc}") from None
+    with _build_lock(out):
+        _clean_leftovers(out)
+        return _write_bundle(out, tarball, records, prediction, plan, records_manifest, metadata,
+                             manifest, scrubbed, stats, table.num_rows, index.n_items)
+
+
+def _write_bundle(out: Path, tarball: Path, records: Path, prediction: str | Path, plan: Sequence[Any],
+                  records_manifest: Mapping[str, Any], metadata: Mapping[str, Any],
+                  manifest: Mapping[str, Any], scrubbed: pa.Table, stats: ScrubStats, n_records: int,
+                  n_items: int) -> BuildResult:
+    """Stage every file, then swap folder and tarball into place as one unit (see the module)."""
+    from cube.config import REPO_ROOT
+    from cube.records.store import write_records
+
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     tar_tmp: Path | None = None
     try:
@@ -686,7 +710,8 @@ def build_bundle(
                (json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True) + "\n").encode())
         _write(staging / "CLAIMS.md", claims_checklist(plan, REPO_ROOT).encode())
         _write(staging / "CITATION.cff", citation_cff().encode())
-        _write(staging / "README.md", bundle_readme(manifest).encode())
+        # rendered from the manifest as MANIFEST.json holds it (sorted keys), so verify can re-render it
+        _write(staging / "README.md", bundle_readme(json.loads(json.dumps(manifest, sort_keys=True))).encode())
         _write(staging / SUMS_NAME, sha256sums(staging).encode())
         n_files = len(bundle_files(staging)) + 1
 
@@ -698,20 +723,17 @@ def build_bundle(
             os.fsync(fh.fileno())
         os.chmod(tar_tmp, 0o644)
         os.chmod(staging, 0o755)
-        _swap_into_place(staging, out)
-        staging = None  # now the bundle itself: never cleaned up from here on
-        try:
-            os.replace(tar_tmp, tarball)
-        except BaseException:
-            shutil.rmtree(out, ignore_errors=True)  # a bundle without its tarball is partial
-            raise
-        tar_tmp = None
+        with _signals_held():
+            _swap_into_place(staging, tar_tmp, out, tarball)
+        staging = tar_tmp = None  # now the bundle itself: never cleaned up from here on
+    except OSError as exc:  # a full disk above all: one line; the finally removes the temp files
+        raise WriteError(f"cannot write the bundle {out}: {exc.strerror or exc}; nothing was replaced") from None
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
         if tar_tmp is not None:
             tar_tmp.unlink(missing_ok=True)
-    return BuildResult(out, tarball, table.num_rows, n_files, stats, index.n_items)
+    return BuildResult(out, tarball, n_records, n_files, stats, n_items)
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -722,20 +744,105 @@ def _write(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
 
 
-def _swap_into_place(staging: Path, out: Path) -> None:
-    """Rename ``staging`` to ``out``; an existing ``out`` (``--force``) is replaced, not merged."""
-    if not out.exists():
-        os.rename(staging, out)
-        return
-    old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
-    os.rename(out, old / "bundle")
+def _swap_into_place(staging: Path, tar_tmp: Path, out: Path, tarball: Path) -> None:
+    """Rename ``staging`` to ``out`` and ``tar_tmp`` to ``tarball``: both, or (on an error) neither.
+
+    An existing ``out`` (``--force``) is moved aside first, replaced rather than merged, and put
+    back if either rename fails; the tarball's rename is the commit point.
+    """
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
+        os.rename(out, old / "bundle")
     try:
         os.rename(staging, out)
+        try:
+            os.replace(tar_tmp, tarball)
+        except BaseException:
+            os.rename(out, staging)  # the new folder back to its temp name, removed by the caller
+            raise
     except BaseException:
-        os.rename(old / "bundle", out)
+        if old is not None:
+            os.rename(old / "bundle", out)
         raise
     finally:
-        shutil.rmtree(old, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP until the block ends, then act on the first that came.
+
+    The block is a few renames: a ``kill`` (or Ctrl-C) in it left ``bundle/`` new beside
+    ``bundle.tar.gz`` old, each of which verified on its own. Only the main thread can set
+    handlers; elsewhere the block runs unguarded (and verify still tells a mixed pair).
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    held = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+    previous = {sig: signal.signal(sig, lambda number, frame: caught.append(number)) for sig in held}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if caught:
+            signal.raise_signal(caught[0])  # as if it came now: SIGTERM ends the process, SIGINT raises
+
+
+@contextlib.contextmanager
+def _build_lock(out: Path) -> Iterator[None]:
+    """An exclusive lock on the folder that holds ``out``, for the whole write of a bundle.
+
+    A build removes the temp files a killed build left beside ``out``; without the lock it could
+    remove those of a build running now. The lock is on the folder itself (no lock file is left
+    behind) and goes with the process, however it ends.
+    """
+    import fcntl
+
+    fd = os.open(out.parent, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CubeError(f"another `cube release build` is writing into {out.parent}; wait for it to "
+                            "finish") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def leftovers(out: Path) -> list[Path]:
+    """What killed builds of ``out`` left beside it: temp folders and tarballs, and moved-aside bundles."""
+    import glob
+
+    out = Path(out)
+    prefix = glob.escape(f".{out.name}.")
+    return sorted({*out.parent.glob(prefix + "*.tmp"), *out.parent.glob(prefix + "*.old")})
+
+
+def _clean_leftovers(out: Path) -> None:
+    """Remove what killed builds left; first put a moved-aside bundle back where none is in place.
+
+    A build killed between moving the old folder aside and renaming the new one in leaves no
+    ``out`` at all: the old folder (``.out.*.old/bundle``) is the one that matches the old tarball.
+    """
+    found = leftovers(out)
+    if not out.exists():
+        moved = [p / "bundle" for p in found if p.suffix == ".old" and (p / "bundle").is_dir()]
+        if moved:
+            os.rename(max(moved, key=lambda p: p.stat().st_mtime), out)
+    for path in found:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def write_tarball(root: Path, arcname: str, fh) -> None:
@@ -788,10 +895,52 @@ def verify_bundle(
             report = _verify_folder(root, items, index)
             report.problems = [p.replace(str(root), str(bundle)) for p in report.problems]
             report.bundle = bundle
+            folder = bundle.with_name(bundle.name.removesuffix(".tar.gz").removesuffix(".tgz"))
+            if (folder / SUMS_NAME).is_file():
+                report.problems += _pair_problems(folder, bundle, (root / SUMS_NAME).read_bytes())
             return report
     if not bundle.is_dir():
         raise CubeError(f"bundle not found: {bundle} (a bundle folder or its .tar.gz)")
-    return _verify_folder(bundle, items, index)
+    report = _verify_folder(bundle, items, index)
+    tarball = tarball_path(bundle)
+    if tarball.is_file() and (bundle / SUMS_NAME).is_file():
+        report.problems += _pair_problems(bundle, tarball, _tarball_sums(tarball))
+    return report
+
+
+def _tarball_sums(tarball: Path) -> bytes | None:
+    """The tarball's ``<top>/SHA256SUMS``, read as a stream (it is among the first members)."""
+    try:
+        with tarfile.open(tarball, "r|gz") as tar:
+            for member in tar:
+                parts = member.name.split("/")
+                if len(parts) == 2 and parts[1] == SUMS_NAME and member.isfile():
+                    fh = tar.extractfile(member)
+                    return fh.read(64 << 20) if fh is not None else None
+    except (tarfile.TarError, OSError, EOFError, gzip.BadGzipFile):
+        return None
+    return None
+
+
+def _pair_problems(folder: Path, tarball: Path, tar_sums: bytes | None) -> list[str]:
+    """One problem if the folder and the tarball beside it are not one build.
+
+    Each build's SHA256SUMS covers all of its files, so equal SHA256SUMS mean equal contents; a
+    killed ``release build --force`` left the new folder beside the old tarball, each valid.
+    Which is older comes from the files' modification times (the folder's SHA256SUMS is written
+    just before its tarball), so it is a hint, not proof.
+    """
+    from cube.checksums import sha256_bytes
+
+    if tar_sums is None:
+        return [f"{tarball}: not a readable bundle tarball, although it lies beside the bundle {folder}"]
+    folder_sums = (folder / SUMS_NAME).read_bytes()
+    if folder_sums == tar_sums:
+        return []
+    stale = tarball if tarball.stat().st_mtime < (folder / SUMS_NAME).stat().st_mtime else folder
+    return [f"{folder} and {tarball} are not one build: their {SUMS_NAME} differ (sha256 "
+            f"{sha256_bytes(folder_sums)[:12]}… and {sha256_bytes(tar_sums)[:12]}…); {stale} is the older "
+            "(a killed `cube release build --force`?); build both again with --force"]
 
 
 def _extract(tarball: Path, dest: Path) -> Path:
@@ -840,6 +989,7 @@ def _verify_folder(root: Path, items: Sequence[Item] | None, index) -> VerifyRep
     except CubeError as exc:
         report.problems.append(str(exc))
         return report
+    report.problems += manifest_problems(root, table)
     if items is None:
         return report
 
@@ -856,6 +1006,62 @@ def _verify_folder(root: Path, items: Sequence[Item] | None, index) -> VerifyRep
         for hit in audit_parquet(parquet, columns, index, str(path)):
             report.problems.append(f"{path}:{hit.row}: leak {describe_hit(hit)}")
     return report
+
+
+def manifest_problems(root: Path, table: pa.Table) -> list[str]:
+    """What the bundle's MANIFEST.json (and the README made from it) claims, against the records.
+
+    SHA256SUMS only says that no file changed since it was written; a MANIFEST.json edited with
+    its sum updated (``n_records: 99999, synthetic: true``) passed verify. Everything the manifest
+    derives from the records is recomputed from them here: the count, the synthetic flag of the
+    records' own manifest, the models, the protocols and the item counts, and the prediction's
+    content hash. The README is re-rendered from the manifest. This catches an edit to one file
+    that its neighbours contradict; a forger who rewrites records, manifest and sums together
+    passes (see the README's "What the checks guarantee").
+    """
+    from cube.records.store import read_manifest
+    from cube.tokenizers.audit import read_prediction
+
+    path = root / MANIFEST_NAME
+    try:
+        manifest = read_json(path, CubeError, "bundle manifest")
+        records_manifest = read_manifest(root / RECORDS_DIR)
+        doc = read_prediction(root / PREDICTION_PATH)
+    except CubeError as exc:
+        return [str(exc)]
+    if not isinstance(manifest, dict):
+        return [f"{path}: not a JSON object"]
+
+    def canonical(value: Any) -> str:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+    derived = {
+        "n_records": table.num_rows,
+        "synthetic": bool(records_manifest.get("synthetic")),
+        "protocols": protocols(table),
+        "items": item_counts(table),
+        "prediction": {"path": PREDICTION_PATH, "content_sha256": doc.get("content_sha256")},
+    }
+    problems = []
+    for key, value in derived.items():
+        if canonical(manifest.get(key)) != canonical(value):
+            shown = canonical(manifest.get(key))
+            problems.append(f"{path}: {key} {shown[:60]} does not match the records and prediction "
+                            f"it describes ({canonical(value)[:60]})")
+    models = sorted(pc.unique(table.column("model")).to_pylist())
+    if not isinstance(manifest.get("models"), dict) or sorted(manifest["models"]) != models:
+        listed = sorted(manifest["models"]) if isinstance(manifest.get("models"), dict) else manifest.get("models")
+        problems.append(f"{path}: models {listed!r} are not the records' models {models!r}")
+    readme = root / "README.md"  # re-rendered only by the cube version that wrote it (its wording may change)
+    if not problems and readme.is_file() and manifest.get("cube_version") == __version__:
+        try:
+            written = readme.read_text(encoding="utf-8")
+            expected = bundle_readme(manifest)
+        except (UnicodeDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            written, expected = "", None
+        if written != expected:
+            problems.append(f"{readme}: does not say what {MANIFEST_NAME} says (re-rendered from it, it differs)")
+    return problems
 
 
 def _check_manifest(path: Path) -> None:

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from cube.config import REPO_ROOT, load_config
-from cube.errors import CubeError, RecordsError
+from cube.errors import CubeError, RecordsError, WriteError
 from cube.paper.book import load_plan
 from cube.protocol.items import load_cmmlu
 from cube.records import leakage
@@ -271,7 +271,8 @@ def test_an_existing_bundle_is_replaced_only_with_force(bench, clean_generations
     again = release.build_bundle(tmp_path / "records", first.bundle, bench.items, PREDICTION,
                                  index=bench.index, force=True)
     assert not (again.bundle / "stray.txt").exists()
-    assert release.verify_bundle(again.bundle).ok
+    report = release.verify_bundle(again.bundle)
+    assert report.ok, report.problems
     assert leftovers(first.bundle.parent) == ["bundle", "bundle.tar.gz"]
 
 
@@ -338,9 +339,154 @@ def test_a_failed_tarball_rename_removes_the_bundle_too(bench, clean_generations
         return real_replace(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(release.os, "replace", refuse_tarball)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(WriteError, match="disk full; nothing was replaced"):
         build(tmp_path, bench, clean_generations)
     assert leftovers(tmp_path / "out") == []
+
+
+def test_a_forced_rebuild_whose_tarball_rename_fails_keeps_the_old_pair(bench, clean_generations,
+                                                                        tmp_path, monkeypatch):
+    """Issue 22, 1.5: the old code removed the new folder and kept the old tarball alone."""
+    first = build(tmp_path, bench, clean_generations)
+    before = {p: p.read_bytes() for p in (first.tarball, first.bundle / "SHA256SUMS")}
+    bigger = make_bigger_store(tmp_path / "bigger", bench, clean_generations)
+    real_replace = release.os.replace
+
+    def refuse_tarball(src, dst, *args, **kwargs):
+        if str(dst).endswith(".tar.gz"):
+            raise OSError("disk full")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(release.os, "replace", refuse_tarball)
+    with pytest.raises(WriteError, match="disk full"):
+        release.build_bundle(bigger, first.bundle, bench.items, PREDICTION, index=bench.index, force=True)
+    assert {p: p.read_bytes() for p in before} == before
+    assert leftovers(first.bundle.parent) == ["bundle", "bundle.tar.gz"]
+    for target in (first.bundle, first.tarball):
+        report = release.verify_bundle(target)
+        assert report.ok and report.n_records == 20, report.problems
+
+
+# ---------------------------------------------------------------------------- killed between the renames (issue 22, 1.5)
+
+
+def make_bigger_store(path, bench, generations):
+    """The store of ``make_store`` and one more model's rows: a build of it differs from the first."""
+    rows = [r for item, g in zip(bench.own, generations) for r in rows_for(item, DEMO_MODEL, g)]
+    rows += rows_for(bench.own[0], OWN_MODEL, None) + rows_for(bench.own[1], "third-model", None)
+    write_records(path, table(rows), metadata={"note": "test store"})
+    return path
+
+
+KILL_SCRIPT = """
+import os, pickle, signal, sys
+from pathlib import Path
+from cube.release import bundle
+
+items_path, records, out, prediction, point, name = sys.argv[1:7]
+items = pickle.loads(Path(items_path).read_bytes())
+real_rename, real_replace = os.rename, os.replace
+
+def stop():
+    os.kill(os.getpid(), getattr(signal, name))
+
+def rename(src, dst, *args, **kwargs):
+    if point == "folder" and Path(dst) == Path(out) and Path(src).name.endswith(".tmp"):
+        stop()
+    return real_rename(src, dst, *args, **kwargs)
+
+def replace(src, dst, *args, **kwargs):
+    if point == "tarball" and str(dst).endswith(".tar.gz"):
+        stop()
+    return real_replace(src, dst, *args, **kwargs)
+
+os.rename, os.replace = rename, replace
+bundle.build_bundle(records, out, items, prediction, force=True)
+print("finished")
+"""
+
+
+def killed_build(tmp_path, bench, records, out, point: str, signal_name: str):
+    """A real ``build_bundle --force`` in a subprocess that sends itself ``signal_name`` just before
+    the rename ``point`` (the new folder's, or the tarball's)."""
+    import pickle
+    import sys
+
+    items = tmp_path / "items.pickle"
+    items.write_bytes(pickle.dumps(bench.own + [bench.other]))
+    return subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(items), str(records), str(out),
+                           str(PREDICTION), point, signal_name],
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+
+
+def test_sigkill_between_the_renames_is_named_by_verify_and_a_rerun_cleans_it(bench, clean_generations, tmp_path):
+    first = build(tmp_path, bench, clean_generations)
+    bigger = make_bigger_store(tmp_path / "bigger", bench, clean_generations)
+    proc = killed_build(tmp_path, bench, bigger, first.bundle, "tarball", "SIGKILL")
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert any(name.endswith(".old") for name in leftovers(first.bundle.parent)), "nothing was killed mid-swap"
+    # bundle/ is new (25 records), bundle.tar.gz old (20): each checks out alone, the pair does not
+    for target in (first.bundle, first.tarball):
+        report = release.verify_bundle(target)
+        assert not report.ok and len(report.problems) == 1, report.problems
+        problem = report.problems[0]
+        assert f"{first.bundle} and {first.tarball} are not one build" in problem
+        assert f"{first.tarball} is the older" in problem and "\n" not in problem
+    again = release.build_bundle(bigger, first.bundle, bench.items, PREDICTION, index=bench.index, force=True)
+    assert leftovers(first.bundle.parent) == ["bundle", "bundle.tar.gz"]
+    for target in (again.bundle, again.tarball):
+        report = release.verify_bundle(target)
+        assert report.ok and report.n_records == 25, report.problems
+
+
+def test_sigkill_after_the_old_folder_moved_aside_is_undone_by_the_rerun(bench, clean_generations, tmp_path):
+    first = build(tmp_path, bench, clean_generations)
+    bigger = make_bigger_store(tmp_path / "bigger", bench, clean_generations)
+    proc = killed_build(tmp_path, bench, bigger, first.bundle, "folder", "SIGKILL")
+    assert proc.returncode == -9 and not first.bundle.exists(), proc.stderr[-2000:]
+    assert release.verify_bundle(first.tarball).ok  # the old tarball, alone and whole
+    again = release.build_bundle(bigger, first.bundle, bench.items, PREDICTION, index=bench.index, force=True)
+    assert leftovers(first.bundle.parent) == ["bundle", "bundle.tar.gz"]
+    assert release.verify_bundle(again.bundle).ok and release.verify_bundle(again.tarball).ok
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_catchable_signal_between_the_renames_waits_for_both(bench, clean_generations, tmp_path, signal_name):
+    """SIGTERM after the folder swap left bundle/ new beside bundle.tar.gz old; now the swap
+    finishes first, then the signal takes effect."""
+    first = build(tmp_path, bench, clean_generations)
+    bigger = make_bigger_store(tmp_path / "bigger", bench, clean_generations)
+    proc = killed_build(tmp_path, bench, bigger, first.bundle, "tarball", signal_name)
+    assert proc.returncode != 0 and "finished" not in proc.stdout, proc.stderr[-2000:]
+    assert leftovers(first.bundle.parent) == ["bundle", "bundle.tar.gz"]
+    for target in (first.bundle, first.tarball):
+        report = release.verify_bundle(target)
+        assert report.ok and report.n_records == 25, report.problems
+
+
+def test_a_second_build_into_the_same_folder_is_refused_while_one_runs(bench, clean_generations, tmp_path):
+    import fcntl
+    import os
+
+    (tmp_path / "out").mkdir()
+    fd = os.open(tmp_path / "out", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # what a running build holds
+        with pytest.raises(CubeError, match=r"another `cube release build` is writing into .*out; wait"):
+            build(tmp_path, bench, clean_generations)
+    finally:
+        os.close(fd)
+    assert leftovers(tmp_path / "out") == []
+
+
+def test_a_full_disk_during_the_build_is_one_line_and_leaves_nothing(bench, clean_generations, tmp_path,
+                                                                     full_disk):
+    """Issue 22, section 3: an OSError traceback (the temp files were cleaned)."""
+    records = make_store(tmp_path / "records", bench, clean_generations)
+    (full_disk / "filler").write_bytes(b"x" * (200 << 10))  # the records alone then fit, the bundle does not
+    with pytest.raises(WriteError, match="No space left on device"):
+        release.build_bundle(records, full_disk / "bundle", bench.items, PREDICTION, index=bench.index)
+    assert leftovers(full_disk) == ["filler"]
 
 
 # ---------------------------------------------------------------------------- verify
@@ -430,12 +576,56 @@ def test_verify_with_items_finds_a_leak_behind_consistent_checksums(bundle, benc
     (store / ".manifest.lock").unlink()
     (bundle / "SHA256SUMS").write_text(release.sha256sums(bundle))
 
+    problems = release.verify_bundle(bundle).problems  # the tarball beside it is the original
+    assert len(problems) == 1 and f"{bundle} and {release.tarball_path(bundle)} are not one build" in problems[0]
+    release.tarball_path(bundle).unlink()  # a forger who replaces the folder alone
     assert release.verify_bundle(bundle).ok  # without items: nothing to compare against
     report = release.verify_bundle(bundle, bench.items, bench.index)
     n_texts = sum(t is not None for t in texts)
     assert len(report.problems) == n_texts
     assert all(" leak uid=" in p and f"item={other.uid}" in p for p in report.problems)
     assert all(normal(question_span(other, 20)) not in normal(p) for p in report.problems)
+
+
+def _forge(bundle, name: str, change) -> None:
+    """Edit one file of the bundle and update SHA256SUMS to match, as a careless forger would;
+    the tarball goes, or verify would name the folder and tarball as two builds first."""
+    path = bundle / name
+    path.write_text(change(path.read_text(encoding="utf-8")), encoding="utf-8")
+    (bundle / "SHA256SUMS").write_text(release.sha256sums(bundle))
+    release.tarball_path(bundle).unlink(missing_ok=True)
+
+
+def test_a_manifest_whose_counts_and_flags_contradict_the_records_fails_verify(bundle):
+    """Issue 22, section 5: ``n_records: 99999, synthetic: true`` with its sum updated passed verify."""
+    def lie(text: str) -> str:
+        manifest = json.loads(text)
+        manifest.update(n_records=99999, synthetic=True)
+        manifest["items"]["cmmlu"]["test"] = 1
+        return json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+
+    _forge(bundle, "MANIFEST.json", lie)
+    problems = release.verify_bundle(bundle).problems
+    assert [p.split(": ", 1)[1].split(" ", 1)[0] for p in problems] == ["n_records", "synthetic", "items"], problems
+    assert all(p.startswith(f"{bundle / 'MANIFEST.json'}: ") and "does not match the records" in p for p in problems)
+
+
+def test_a_manifest_naming_other_models_or_another_prediction_fails_verify(bundle):
+    def lie(text: str) -> str:
+        manifest = json.loads(text)
+        manifest["models"]["gpt-9"] = manifest["models"].pop(OWN_MODEL)
+        manifest["prediction"]["content_sha256"] = "0" * 64
+        return json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+
+    _forge(bundle, "MANIFEST.json", lie)
+    problems = release.verify_bundle(bundle).problems
+    assert len(problems) == 2 and "prediction" in problems[0] and "models ['gpt-9', " in problems[1], problems
+
+
+def test_a_readme_that_says_other_than_its_manifest_fails_verify(bundle):
+    _forge(bundle, "README.md", lambda text: text.replace(": 0 hits.", ": 0 hits; reviewed by hand.", 1))
+    assert release.verify_bundle(bundle).problems == [
+        f"{bundle / 'README.md'}: does not say what MANIFEST.json says (re-rendered from it, it differs)"]
 
 
 def test_verify_refuses_what_is_not_a_bundle(tmp_path):
