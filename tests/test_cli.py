@@ -1,0 +1,24 @@
+"""``cube.cli``: the entry point's own one-line failures (issue 22, section 3)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from cube.config import REPO_ROOT
+from cube.records.store import write_records
+from tests.record_tables import record, table
+
+
+def test_a_reader_that_closes_the_pipe_gets_one_line_and_exit_141(tmp_path):
+    """``cube rescore --json | head`` raised BrokenPipeError with a traceback (and another from
+    Python's flush at exit). 200 models give some 160 KB of JSON, far more than a pipe holds,
+    so the write is still going when the reader closes."""
+    write_records(tmp_path / "store", table([record(model=f"m{k:04d}") for k in range(200)]))
+    proc = subprocess.Popen([sys.executable, "-m", "cube", "rescore", str(tmp_path / "store"), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO_ROOT)
+    assert proc.stdout.readline().strip() == b"{"  # what `head -1` reads
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines() == ["cube: output closed by the reader (broken pipe); output stopped"]
