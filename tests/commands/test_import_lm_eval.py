@@ -65,3 +65,23 @@ def test_not_an_lm_eval_folder(run, tmp_path):
     (tmp_path / "empty").mkdir()
     code, _, err = run(str(tmp_path / "empty"), "--out", str(tmp_path / "store"))
     assert code == 2 and "no results_*.json below it" in err
+
+
+def test_a_hostile_gguf_named_by_pretrained_is_one_line(run, tmp_path, items):
+    """Issue 22, section 3: a GGUF header declaring a 2**62-byte string, named by the run's
+    ``pretrained=``, raised MemoryError in the audit's tokenizer load."""
+    import struct
+
+    evil = tmp_path / "evil.gguf"
+    key = b"tokenizer.ggml.model"
+    evil.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key
+                     + struct.pack("<IQ", 8, 1 << 62) + b"gpt2")
+    folder = write_run(tmp_path / "run", items)
+    results = next(folder.rglob("results_*.json"))
+    doc = json.loads(results.read_text(encoding="utf-8"))
+    doc["config"]["model_args"]["pretrained"] = str(evil)
+    results.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    code, out, err = run(str(folder), "--out", str(tmp_path / "store"), "--benchmark", "cmmlu")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("cube: error: ") and "GGUF header declares 4,611,686,018,427,387,904 bytes" in err
+    assert not (tmp_path / "store").exists()
