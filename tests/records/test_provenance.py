@@ -29,10 +29,10 @@ def write_log(store, model, lines):
 def test_a_rebuilt_command_parses_back_to_the_logged_run():
     args = build_parser().parse_args(shlex.split(run_command(OLD_LINE))[1:])
     assert (args.model, args.sample, args.seed, args.dtype) == ("m1", 600, 0, "bfloat16")
-    assert args.label_sets == "L1_halfwidth,L4_circled" and args.contexts == "zh_cue,en_label_space"
-    assert (args.shots, args.orders, args.scorers) == ("0,5", "original", "M1-seq,M1-strict")
-    cells = [f"{ls}|{c}|{n}shot|{o}" for ls in args.label_sets.split(",") for c in args.contexts.split(",")
-             for n in args.shots.split(",") for o in args.orders.split(",")]
+    assert args.label_sets == ["L1_halfwidth", "L4_circled"] and args.contexts == ["zh_cue", "en_label_space"]
+    assert (args.shots, args.orders, args.scorers) == ([0, 5], ["original"], ["M1-seq", "M1-strict"])
+    cells = [f"{ls}|{c}|{n}shot|{o}" for ls in args.label_sets for c in args.contexts
+             for n in args.shots for o in args.orders]
     assert sorted(cells) == sorted(OLD_LINE["cells"])
 
 
