@@ -329,8 +329,8 @@ def test_an_interrupted_build_leaves_no_partial_bundle(bench, clean_generations,
     assert leftovers(tmp_path / "out") == [], f"interrupted at {step}: files left behind"
 
 
-def test_a_failed_tarball_rename_removes_the_bundle_too(bench, clean_generations,
-                                                        tmp_path, monkeypatch):
+def refuse_the_tarball_rename(monkeypatch) -> None:
+    """The tarball's rename (the build's last step) fails as on a full disk."""
     real_replace = release.os.replace
 
     def refuse_tarball(src, dst, *args, **kwargs):
@@ -339,6 +339,11 @@ def test_a_failed_tarball_rename_removes_the_bundle_too(bench, clean_generations
         return real_replace(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(release.os, "replace", refuse_tarball)
+
+
+def test_a_failed_tarball_rename_removes_the_bundle_too(bench, clean_generations,
+                                                        tmp_path, monkeypatch):
+    refuse_the_tarball_rename(monkeypatch)
     with pytest.raises(WriteError, match="disk full; nothing was replaced"):
         build(tmp_path, bench, clean_generations)
     assert leftovers(tmp_path / "out") == []
@@ -350,14 +355,7 @@ def test_a_forced_rebuild_whose_tarball_rename_fails_keeps_the_old_pair(bench, c
     first = build(tmp_path, bench, clean_generations)
     before = {p: p.read_bytes() for p in (first.tarball, first.bundle / "SHA256SUMS")}
     bigger = make_bigger_store(tmp_path / "bigger", bench, clean_generations)
-    real_replace = release.os.replace
-
-    def refuse_tarball(src, dst, *args, **kwargs):
-        if str(dst).endswith(".tar.gz"):
-            raise OSError("disk full")
-        return real_replace(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(release.os, "replace", refuse_tarball)
+    refuse_the_tarball_rename(monkeypatch)
     with pytest.raises(WriteError, match="disk full"):
         release.build_bundle(bigger, first.bundle, bench.items, PREDICTION, index=bench.index, force=True)
     assert {p: p.read_bytes() for p in before} == before
