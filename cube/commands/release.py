@@ -86,9 +86,12 @@ def register(subparsers) -> None:
         "verify",
         help="re-check a bundle: every checksum, the records, the prediction, the leakage audit",
         description=(
-            "Re-check every sha256 of SHA256SUMS (and that no file is unlisted), the records' own "
-            "manifest and values, the prediction's content hash and, with --items, the leakage "
-            "audit. Prints one line per problem naming the file; exits 1 on any, 0 if all hold."
+            "Re-check every sha256 of SHA256SUMS (and that no file is unlisted), that the folder "
+            "and the tarball beside it are one build, the records' own manifest and values, "
+            "MANIFEST.json's counts and flags against the records, the prediction's content hash "
+            "and, with --items, the leakage audit. Prints one line per problem naming the file; "
+            "exits 1 on any, 0 if all hold. Checksums detect accidents and edits, not a forger who "
+            "rewrites files and sums together (README: what the checks guarantee)."
         ),
     )
     verify.add_argument("bundle", type=Path, help="a bundle folder or its .tar.gz")
