@@ -22,3 +22,13 @@ def test_a_reader_that_closes_the_pipe_gets_one_line_and_exit_141(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and "Traceback" not in err, err[-2000:]
     assert err.strip().splitlines() == ["cube: output closed by the reader (broken pipe); output stopped"]
+
+
+def test_output_to_a_full_disk_is_one_line_and_exit_2():
+    """/dev/full fails every write with ENOSPC, as a full disk does: the entry point's net for it."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "cube", "credit", "expected", "--scheme", "ladder"],
+                              stdout=full, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        "cube: error: No space left on device; free some space and run the command again"]
