@@ -360,7 +360,7 @@ def verdict_summary(rows: Sequence[Row]) -> str:
     tested = sum(counts[v] for v in TESTED)
     parts = [f"{counts[v]} {v}" for v in TESTED if counts[v]]
     settings = counts[IMPLEMENTED] + counts[DIFFERS]
-    text = f"of {tested} results tested: {', '.join(parts)}"
+    text = f"Of {tested} results tested: {', '.join(parts)}"
     if settings:
         text += (f"; {settings} more state{'s' if settings == 1 else ''} a setting adopted from a source "
                  f"({counts[IMPLEMENTED]} {IMPLEMENTED}"

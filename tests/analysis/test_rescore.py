@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -62,6 +61,22 @@ def wilson(k, n):
     return ci.low, ci.high
 
 
+def stratified_wilson(ks, ns, level=0.95):
+    """The macro interval from its definition, by root finding: the p with
+    (mean - p)^2 = z^2 p(1 - p) sum(1 / n_s) / S^2 (Yan & Su's stratified Wilson, equal weights)."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    z = norm.ppf(0.5 + level / 2)
+    mean = sum(k / n for k, n in zip(ks, ns)) / len(ns)
+    v = sum(1 / n for n in ns) / len(ns) ** 2
+
+    def f(p):
+        return (mean - p) ** 2 - z * z * p * (1 - p) * v
+
+    return (0.0 if mean == 0 else brentq(f, 0.0, mean)), (1.0 if mean == 1 else brentq(f, mean, 1.0))
+
+
 def naive_subject_counts(recs):
     counts = defaultdict(lambda: [0, 0, 0])
     for r in recs:
@@ -107,13 +122,26 @@ def test_category_micro_and_macro_with_a_two_category_subject():
         else:
             ps = [s[1] / s[0] for s in subjects]
             mean = sum(ps) / len(ps)
-            half = 1.959963984540054 * math.sqrt(sum(p * (1 - p) / s[0] for p, s in
-                                                     zip(ps, subjects))) / len(ps)
             assert row["accuracy"] == pytest.approx(mean)
-            assert row["ci_lo"] == pytest.approx(max(0.0, mean - half))
-            assert row["ci_hi"] == pytest.approx(min(1.0, mean + half))
+            lo, hi = stratified_wilson([s[1] for s in subjects], [s[0] for s in subjects])
+            assert (row["ci_lo"], row["ci_hi"]) == pytest.approx((lo, hi), abs=1e-9)
     other = [r for r in rows if r["group"] == "Other" and r["aggregation"] == "micro"]
     assert all(r["n_subjects"] == 2 for r in other)  # agronomy and the two-category anatomy
+
+
+def test_macro_interval_has_width_with_one_item_per_subject():
+    """Issue 22: `--sample 30` scores one item per subject; the macro interval was [0.167, 0.167]."""
+    subjects = [f"s{i:02d}" for i in range(30)]
+    recs = [record(uid=f"cmmlu/{s}/test/0", gold=0, pred=0 if i < 5 else 1, scores=scores_for(0 if i < 5 else 1))
+            for i, s in enumerate(subjects)]
+    flat = Taxonomy("flat", {s: ("All",) for s in subjects}, {}, Path("made-up"))
+    rows = rescore(table(recs), "category", taxonomy=flat).rows.to_pylist()
+    macro = next(r for r in rows if r["aggregation"] == "macro")
+    assert macro["accuracy"] == pytest.approx(5 / 30)
+    assert macro["ci_hi"] - macro["ci_lo"] > 0.2
+    assert (macro["ci_lo"], macro["ci_hi"]) == pytest.approx(wilson(5, 30), abs=1e-12)  # one item each
+    overall = rescore(table(recs), "overall").rows.to_pylist()
+    assert all(r["ci_lo"] < r["accuracy"] < r["ci_hi"] for r in overall)
 
 
 def test_overall_pools_every_subject():
@@ -204,8 +232,17 @@ def test_regression_table_sorted_worst_first_with_scipy_pvalues():
     assert result.overall["n"] == 120
     for row in [*rows, result.overall]:
         assert row["delta_lo"] <= row["delta"] <= row["delta_hi"]
+        # the interval is the exact McNemar test's own: it excludes 0 exactly when p < 0.05
+        assert (row["delta_lo"] > 0 or row["delta_hi"] < 0) == (row["p_value"] < 0.05)
+    by_subject = sorted(rows, key=lambda r: r["subject"])
+    naive = sorted((r["p_value"], r["subject"]) for r in by_subject)
+    k = len(naive)
+    running = 0.0
+    for rank, (p, subject) in enumerate(naive):  # Holm from its definition
+        running = max(running, min(1.0, (k - rank) * p))
+        assert next(r["p_holm"] for r in rows if r["subject"] == subject) == pytest.approx(running)
     again = regression_table(table(recs_a), table(recs_b))
-    assert again.rows.to_pylist() == rows  # the bootstrap is seeded
+    assert again.rows.to_pylist() == rows
 
 
 def naive_ece(probs, gold, n_bins=10):
@@ -286,8 +323,12 @@ def test_ranking_shift_matches_a_naive_footrule():
         hits.append([per_model[m] for m in sorted(models)])
     ra, rb = rankdata([-h for h in hits[0]]), rankdata([-h for h in hits[1]])
     assert shift.observed == pytest.approx(np.abs(ra - rb).sum() / (4 * 4 // 2))
-    floor_a = footrule_noise_floor(correct_matrix(protocol_a).correct, B=40, seed=3)
-    floor_b = footrule_noise_floor(correct_matrix(protocol_b).correct, B=40, seed=3)
+    def in_uid_order(t):  # the floor draws items in uid order, whatever order the records came in
+        m = correct_matrix(t)
+        return m.correct[:, np.argsort(m.uids)]
+
+    floor_a = footrule_noise_floor(in_uid_order(protocol_a), B=40, seed=3)
+    floor_b = footrule_noise_floor(in_uid_order(protocol_b), B=40, seed=3)
     np.testing.assert_array_equal(shift.floor_a.samples, floor_a.samples)  # both on the same draws
     np.testing.assert_array_equal(shift.floor_b.samples, floor_b.samples)
     np.testing.assert_array_equal(shift.floor.samples, np.maximum(floor_a.samples, floor_b.samples))

@@ -131,7 +131,7 @@ def test_a_setting_is_never_counted_as_reproduced():
     rows = [P.Row(result, row, P.verdict(result, row))]
     counts = P.verdict_counts(rows)
     assert counts[P.REPRODUCED] == counts[P.SMALLER] == 0 and counts[P.IMPLEMENTED] == 1
-    assert P.verdict_summary(rows).startswith("of 0 results tested")
+    assert P.verdict_summary(rows).startswith("Of 0 results tested")
     parse = P.parse_failure_row(PAPER.result("parse_failure_warning"), 0.02, [], 3)
     assert P.verdict(PAPER.result("parse_failure_warning"), parse) == P.IMPLEMENTED
     smoke = P.timing_row(PAPER.result("smoke_seconds"), 4.0, "cube smoke")
