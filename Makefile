@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 FROZEN := data/predictions/audit_frozen.json
 
-.PHONY: help install system-deps vllm-env lmeval-env paper book audit test unit-test book-test smoke-test freeze bench clean
+.PHONY: help install system-deps vllm-env lmeval-env test-data paper book audit test unit-test book-test smoke-test freeze bench clean
 
 help:
 	@echo "make paper       the main job: audit + every claim notebook on the archived records + the book"
@@ -53,7 +53,14 @@ freeze: $(STAMP)
 # built site in a real headless browser.
 test: unit-test book-test
 
-unit-test: $(STAMP) system-deps vllm-env lmeval-env
+# The tests read the real CMMLU items. Where cube finds none (`cube data list`), the pinned release
+# is fetched into the data home first, before the long installs: a machine that cannot download it
+# stops here in seconds with one line saying what to do. CMMLU_FROM=FILE_OR_DIR takes a local copy.
+CMMLU_FROM ?=
+test-data: $(STAMP)
+	@$(BIN)/cube data fetch cmmlu --if-missing $(if $(CMMLU_FROM),--from "$(CMMLU_FROM)")
+
+unit-test: $(STAMP) test-data system-deps vllm-env lmeval-env
 	$(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/paper/test_book_site.py
 
 book-test: book system-deps

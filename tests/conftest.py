@@ -3,20 +3,23 @@ real benchmark folder. Small synthetic fixtures live next to the tests that use 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from cube.config import REPO_ROOT, load_config
+from cube.config import load_config
 
 
 @pytest.fixture(scope="session")
 def benchmarks_root() -> Path:
-    root = Path(os.environ.get("CUBE_BENCHMARKS", REPO_ROOT.parent / "shared" / "benchmarks"))
-    if not (root / "cmmlu").is_dir():
-        pytest.fail(f"real benchmark data not found at {root} (set CUBE_BENCHMARKS)")
-    return root
+    """The folder that holds ``cmmlu/``, found as cube itself finds it: ``$CUBE_BENCHMARKS``, the
+    data home (where ``make test`` fetches it on a clone without the shared copy), the shared copy."""
+    from cube.protocol.items import find_benchmark_root, missing_benchmark_message
+
+    root = find_benchmark_root("cmmlu")
+    if root is None:
+        pytest.fail(f"real benchmark data: {missing_benchmark_message('cmmlu')}")
+    return root.parent
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,9 @@ def register(subparsers) -> None:
                    help="a local archive (zip, tar.gz) or folder in the official layout, instead of the URL")
     f.add_argument("--sha256", help="the archive's sha256 as its publisher gives it (where config pins none)")
     f.add_argument("--force", action="store_true", help="reinstall even if already installed")
+    f.add_argument("--if-missing", action="store_true",
+                   help="do nothing where cube already finds the benchmark (any place `cube data list` "
+                        "looks in; what `make test` runs before the tests)")
     f.set_defaults(func=fetch)
 
     ls = sub.add_parser("list", help="each benchmark: where cube reads it from, and the data home")
@@ -30,22 +33,48 @@ def register(subparsers) -> None:
 
 
 def fetch(args: argparse.Namespace) -> int:
+    from cube.errors import ChecksumError, SourceError
     from cube.protocol.data import fetch as fetch_release
     from cube.protocol.data import release
     from cube.protocol.items import data_home
 
     release(args.benchmark)  # an unknown name fails before anything is read or downloaded
     if args.source is not None and not args.source.exists():
-        from cube.errors import SourceError
-
         raise SourceError(f"--from {args.source}: no such file or folder")
-    target = fetch_release(args.benchmark, data_home(), args.source, args.sha256, args.force)
+    if args.if_missing and (found := _found(args.benchmark)) is not None:
+        print(f"{args.benchmark}: found in {found}; nothing to fetch", file=sys.stderr)
+        return 0
+    try:
+        target = fetch_release(args.benchmark, data_home(), args.source, args.sha256, args.force)
+    except SourceError as exc:
+        if not args.if_missing or isinstance(exc, ChecksumError):
+            raise
+        raise SourceError(f"{args.benchmark} is not on this machine, and {exc}") from None
     from cube.protocol.data import installed_manifest
 
     manifest = installed_manifest(target)
     print(f"{args.benchmark}: {len(manifest['files'])} files verified and installed in {target} "
           f"(from {manifest['source']})", file=sys.stderr)
     return 0
+
+
+def _found(benchmark: str) -> Path | None:
+    """Where cube already reads ``benchmark`` from, or None where a fetch is needed.
+
+    Cheap on purpose (no file is hashed: each load checks its CSVs anyway), since ``make test``
+    asks it on every run. ``CUBE_BENCHMARKS`` set without the benchmark is an error, not a reason
+    to fetch: the loaders would keep reading the folder it names, never the data home.
+    """
+    import os
+
+    from cube.errors import ItemsError
+    from cube.protocol.items import find_benchmark_root
+
+    root = find_benchmark_root(benchmark)
+    if root is None and os.environ.get("CUBE_BENCHMARKS"):
+        raise ItemsError(f"CUBE_BENCHMARKS={os.environ['CUBE_BENCHMARKS']} has no {benchmark}/ folder; point "
+                         f"it at a folder that holds one, or unset it to fetch {benchmark} into the data home")
+    return root
 
 
 def list_benchmarks(args: argparse.Namespace) -> int:

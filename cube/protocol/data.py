@@ -48,6 +48,9 @@ _MAX_FILE_BYTES = 256 << 20  # no benchmark CSV comes near this; a bigger member
 # All of a release's files together (CMMLU's 134 CSVs are about 11 MiB): checked on the sizes an
 # archive declares before a byte is read, since the files are held in memory until all are checked.
 _MAX_TOTAL_BYTES = 256 << 20
+# Seconds a connect or a read may stall: where the network drops packets silently, `make test`
+# must still stop within a minute with the way out, not hang on the first connect.
+_TIMEOUT_S = 30
 
 
 @dataclass(frozen=True)
@@ -240,7 +243,7 @@ def download(url: str, dest: Path, sha256: str | None, benchmark: str = "BENCHMA
     digest = hashlib.sha256()
     request = urllib.request.Request(url, headers={"User-Agent": f"cube/{__version__}"})
     try:
-        with urllib.request.urlopen(request, timeout=60) as resp, dest.open("wb") as out:
+        with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as resp, dest.open("wb") as out:
             total = int(resp.headers.get("Content-Length") or 0) or None
             with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {Path(url).name}") as bar:
                 for block in iter(lambda: resp.read(1 << 20), b""):
@@ -251,8 +254,9 @@ def download(url: str, dest: Path, sha256: str | None, benchmark: str = "BENCHMA
         if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT):  # our disk, not the network
             raise WriteError(f"cannot write {dest}: {exc.strerror}; nothing was installed") from None
         reason = getattr(exc, "reason", None) or exc
-        raise SourceError(f"cannot download {url} ({reason}); download it yourself and run "
-                          f"`cube data fetch {benchmark} --from FILE`") from None
+        raise SourceError(f"cannot download {url} ({reason}); get it another way and run `cube data fetch "
+                          f"{benchmark} --from FILE` (the archive, or a folder in its layout), or set "
+                          f"CUBE_BENCHMARKS=DIR to a folder that holds {benchmark}/") from None
     got = digest.hexdigest()
     if sha256 is not None and got != sha256:
         raise ChecksumError(f"{url}: sha256 mismatch: got {got}, pinned {sha256}")

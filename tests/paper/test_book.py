@@ -271,7 +271,8 @@ def test_a_failing_claim_fails_the_run_and_leaves_no_stale_output(tmp_path, inve
     assert sorted(p.name for p in out_dir.iterdir()) == ["failed"]
 
 
-def test_the_leakage_claim_without_benchmark_items_says_so_and_keeps_every_glue_key(tmp_path, monkeypatch):
+def test_the_leakage_claim_without_benchmark_items_says_so_and_keeps_every_glue_key(
+        tmp_path, monkeypatch, benchmarks_root):
     """A user's machine with records but no CMMLU: the claim is not run, and its page says why."""
     monkeypatch.setenv("CUBE_DATA", str(tmp_path / "empty-home"))
     monkeypatch.setenv("CUBE_SHARED_BENCHMARKS", str(tmp_path / "no-shared"))
@@ -288,7 +289,7 @@ def test_the_leakage_claim_without_benchmark_items_says_so_and_keeps_every_glue_
     glued = {o["metadata"]["scrapbook"]["name"] for c in nb.cells if c.cell_type == "code"
              for o in c.outputs if "scrapbook" in o.get("metadata", {})}
     assert glued and glued == set(book._GLUE_KEY.findall(source))
-    monkeypatch.setenv("CUBE_SHARED_BENCHMARKS", str(REPO_ROOT.parent / "shared" / "benchmarks"))
+    monkeypatch.setenv("CUBE_SHARED_BENCHMARKS", str(benchmarks_root))  # wherever the items are here
     assert book.missing_data(run) is None  # with the items there, the claim runs
 
 

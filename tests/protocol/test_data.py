@@ -251,3 +251,70 @@ def test_a_full_disk_during_a_fetch_is_one_line_and_leaves_nothing(cmmlu_zip, fu
     assert len(err) == 1 and err[0].startswith("cube: error: cannot install cmmlu into"), err
     assert "No space left on device" in err[0]
     assert list(full_disk.iterdir()) == [], "the temp folder of the fetch was left behind"
+
+
+# ---- make test gets its own data (issue 23, section 1) -----------------------------------------
+
+
+def _refused_proxy() -> str:
+    """An https proxy on a local port nothing listens on: every download is refused at once, as on
+    a machine whose network does not reach the release (a real connection, no patched urlopen)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def _make_test_data(tmp_path: Path, **env: str):
+    """``make test-data`` (the step ``make test`` runs first) as on a clone with no shared copy:
+    an empty data home, no CUBE_BENCHMARKS, downloads refused; the venv running this test stands
+    for the one ``make`` installs (``-o`` keeps make from reinstalling it)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    bin_dir = Path(sys.executable).parent
+    if not (bin_dir / "cube").is_file() or shutil.which("make") is None:
+        pytest.skip("needs make and the cube entry point beside this interpreter")
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("CUBE_BENCHMARKS", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "no_proxy", "NO_PROXY")}
+    proxy = _refused_proxy()
+    base.update(CUBE_DATA=str(tmp_path / "home"), CUBE_SHARED_BENCHMARKS=str(tmp_path / "no-shared"),
+                https_proxy=proxy, HTTPS_PROXY=proxy, **env)
+    start = time.monotonic()
+    proc = subprocess.run(["make", "-s", "-o", ".venv/.installed", f"BIN={bin_dir}", "test-data"],
+                          cwd=REPO_ROOT, env=base, capture_output=True, text=True, timeout=300)
+    return proc, time.monotonic() - start
+
+
+def test_make_test_fetches_cmmlu_from_a_local_archive_where_none_is_found(cmmlu_zip, tmp_path, benchmarks_root):
+    proc, _ = _make_test_data(tmp_path, CMMLU_FROM=str(cmmlu_zip))
+    assert proc.returncode == 0, proc.stderr
+    assert "135 files verified and installed" in proc.stderr
+    installed = tmp_path / "home" / "cmmlu"
+    assert data.verify_installed(installed) == 135
+    got = load_cmmlu(installed, splits=("dev", "test"))
+    assert [i.qhash for i in got] == [i.qhash for i in load_cmmlu(benchmarks_root / "cmmlu", splits=("dev", "test"))]
+    proc, seconds = _make_test_data(tmp_path)  # found now: nothing fetched, nothing hashed
+    assert proc.returncode == 0 and proc.stderr.strip() == f"cmmlu: found in {installed}; nothing to fetch"
+    assert seconds < 30
+
+
+def test_make_test_without_cmmlu_and_no_network_stops_at_once_with_one_line(tmp_path):
+    proc, seconds = _make_test_data(tmp_path)
+    assert proc.returncode != 0 and seconds < 60
+    lines = proc.stderr.strip().splitlines()
+    ours = [line for line in lines if not line.startswith("make: ***")]  # make's own trailer aside
+    assert len(ours) == 1 and ours[0].startswith("cube: error: cmmlu is not on this machine"), proc.stderr
+    assert "`cube data fetch cmmlu --from FILE`" in ours[0] and "CUBE_BENCHMARKS=DIR" in ours[0]
+    assert not (tmp_path / "home" / "cmmlu").exists() and "Traceback" not in proc.stderr
+    # CUBE_BENCHMARKS is an instruction: set without cmmlu, fetching into the data home would not help
+    (tmp_path / "mine").mkdir()
+    proc, seconds = _make_test_data(tmp_path, CUBE_BENCHMARKS=str(tmp_path / "mine"))
+    ours = [line for line in proc.stderr.strip().splitlines() if not line.startswith("make: ***")]
+    assert proc.returncode != 0 and seconds < 60
+    assert ours == [f"cube: error: CUBE_BENCHMARKS={tmp_path / 'mine'} has no cmmlu/ folder; point it at a "
+                    "folder that holds one, or unset it to fetch cmmlu into the data home"]

@@ -116,8 +116,15 @@ def test_load_items_dispatches_and_rejects_unknown_benchmarks(cmmlu_root):
 
 
 def test_default_benchmark_root_follows_the_environment(monkeypatch, tmp_path, benchmarks_root):
+    # wherever this checkout sits (CUBE_BENCHMARKS, a fetched data home or the shared copy):
+    # without CUBE_BENCHMARKS, the data home comes first, then the shared copy
     monkeypatch.delenv("CUBE_BENCHMARKS", raising=False)
-    assert default_benchmark_root("cmmlu").resolve() == (benchmarks_root / "cmmlu").resolve()
+    monkeypatch.setenv("CUBE_DATA", str(tmp_path / "empty-home"))
+    monkeypatch.setenv("CUBE_SHARED_BENCHMARKS", str(benchmarks_root))
+    assert default_benchmark_root("cmmlu") == benchmarks_root / "cmmlu"
+    monkeypatch.setenv("CUBE_DATA", str(benchmarks_root))
+    monkeypatch.setenv("CUBE_SHARED_BENCHMARKS", str(tmp_path / "no-shared"))
+    assert default_benchmark_root("cmmlu") == benchmarks_root / "cmmlu"
     monkeypatch.setenv("CUBE_BENCHMARKS", str(tmp_path))
     (tmp_path / "ceval").mkdir()
     assert default_benchmark_root("ceval") == tmp_path / "ceval"
