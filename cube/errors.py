@@ -52,5 +52,9 @@ class ResumeMismatch(RecordsError):
     """A run would resume a records store written under a different configuration."""
 
 
+class StoreBusy(RecordsError):
+    """Another live process holds a records store's writer lock (wait for it, or use another store)."""
+
+
 class HarnessImportError(CubeError):
     """Another harness's output (lm-evaluation-harness) is truncated, incomplete, not multiple choice, or names unknown items."""

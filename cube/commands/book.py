@@ -1,11 +1,16 @@
 """``cube book``: execute the claim notebooks and build the offline book.
 
-cube book execute [--only NAME ...] [--param NAME=VALUE ... --as RUN] [--out DIR]
+cube book execute [--only NAME ...] [--param NAME=VALUE ... --as RUN] [--out DIR] [--allow-incomplete]
 cube book build [--no-strict] [--out DIR]
 
 Folders written: ``execute`` writes ``<DIR>/<run>.ipynb`` (default ``book/_executed/``; a failed
 run's partial copy goes to ``<DIR>/failed/``); ``build`` writes the vega bundle and MathJax into
 ``build/book/`` and the site into ``<DIR>/_build/html`` (default: ``_build/html``).
+
+The notebooks read stores with ``cube.records.store.read_records``, which refuses a store with an
+incomplete cell (a killed or unfinished run): the notebook fails and ``execute`` prints the one
+line saying which cell. ``--allow-incomplete`` lets them read the records present, through
+``$CUBE_ALLOW_INCOMPLETE`` in the kernels' environment (the notebooks need no parameter for it).
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ def register(subparsers) -> None:
                          help="name of a reader's run with --param: written to RUN.ipynb, never over a book page")
     execute.add_argument("--out", type=Path, default=None, metavar="DIR",
                          help="folder of the executed notebooks (default book/_executed, the one the book renders)")
+    execute.add_argument("--allow-incomplete", action="store_true",
+                         help="let the notebooks read stores whose cells lack shards their configuration "
+                              "promises (a killed or unfinished run) instead of failing")
     execute.set_defaults(func=run_execute)
 
     build = actions.add_parser("build", help="jupyter-book build --all, with local vega and MathJax")
@@ -74,6 +82,24 @@ def shown(path) -> str:
 
 
 def run_execute(args: argparse.Namespace) -> int:
+    if not getattr(args, "allow_incomplete", False):
+        return _execute(args)
+    import os
+
+    from cube.records.store import ALLOW_INCOMPLETE_ENV
+
+    before = os.environ.get(ALLOW_INCOMPLETE_ENV)
+    os.environ[ALLOW_INCOMPLETE_ENV] = "1"  # inherited by every notebook kernel started meanwhile
+    try:
+        return _execute(args)
+    finally:
+        if before is None:
+            os.environ.pop(ALLOW_INCOMPLETE_ENV, None)
+        else:
+            os.environ[ALLOW_INCOMPLETE_ENV] = before
+
+
+def _execute(args: argparse.Namespace) -> int:
     from papermill.exceptions import PapermillExecutionError
 
     from cube.paper.book import EXECUTED_DIR, execute_notebook, load_plan, missing_data, reader_run, select_runs

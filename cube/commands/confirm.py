@@ -1,11 +1,13 @@
 """``cube confirm``: check the frozen tokenizer-audit prediction against stored records.
 
 cube confirm RECORDS --prediction data/predictions/audit_frozen.json [--family MODEL=FAMILY ...]
-                     [--items BENCHMARK] [--no-verify] [--json]
+                     [--items BENCHMARK] [--no-verify] [--allow-incomplete] [--json]
 
 Prints the model x label set confirmation matrix ("N/N confirmed"), a sentence for every
 mismatch, and the partial-collision analysis. Exit status 0 when every predicted cell is
-confirmed, 1 when any is not (2 for bad input, as for every command).
+confirmed, 1 when any is not (2 for bad input, as for every command). A store with an incomplete
+cell (a killed or unfinished run) is refused unless ``--allow-incomplete``: a confirmation on
+part of a sample is not the one the prediction was frozen for.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from cube.commands.rescore import add_common_options, load
+from cube.commands.rescore import add_allow_incomplete, add_common_options, load
 
 
 def register(subparsers) -> None:
@@ -28,6 +30,7 @@ def register(subparsers) -> None:
     parser.add_argument("--family", nargs="+", metavar="MODEL=FAMILY", default=[],
                         help="tokenizer family of a model not in config/models.yaml")
     add_common_options(parser)
+    add_allow_incomplete(parser)
     parser.set_defaults(func=run)
 
 

@@ -80,6 +80,9 @@ def register(subparsers) -> None:
                        help=f"the frozen audit prediction to ship (default: {DEFAULT_PREDICTION})")
     build.add_argument("--force", action="store_true",
                        help="replace an existing bundle and tarball")
+    build.add_argument("--allow-incomplete", action="store_true",
+                       help="package a store whose cells lack shards their configuration promises "
+                            "(a killed or unfinished run) instead of refusing it")
     build.set_defaults(func=run_build)
 
     verify = actions.add_parser(
@@ -155,7 +158,7 @@ def run_build(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     prediction = args.prediction if args.prediction is not None else REPO_ROOT / DEFAULT_PREDICTION
     result = build_bundle(args.records, args.out, _items(args.items), prediction,
-                          force=args.force)
+                          force=args.force, allow_incomplete=args.allow_incomplete)
     s = result.scrub
     print(
         f"bundle {result.bundle} ({result.n_files} files) and {result.tarball}: "

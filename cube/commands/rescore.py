@@ -9,6 +9,9 @@ Every filter may be repeated to allow several values. With ``--versus`` it print
 per-subject regression table from the slice (A) to the same slice with the given fields
 replaced (B), worst subject first, with exact McNemar p-values and paired-bootstrap intervals.
 With ``--calibration`` it prints the expected calibration error of each scored cell instead.
+
+A store whose cells are short of what their configurations promise (a killed or unfinished run)
+is rescored, with a warning per incomplete cell: printed, and in the JSON's ``warnings``.
 """
 
 from __future__ import annotations
@@ -57,8 +60,18 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
-def load(path: str, args: argparse.Namespace, columns=()):
-    """Read a records folder with the checks the options ask for."""
+def add_allow_incomplete(parser: argparse.ArgumentParser) -> None:
+    """``--allow-incomplete``, for the readers that refuse an incomplete store by default."""
+    parser.add_argument("--allow-incomplete", action="store_true",
+                        help="read a store whose cells lack shards their configuration promises (a killed "
+                             "or unfinished run) instead of refusing it")
+
+
+def load(path: str, args: argparse.Namespace, columns=(), allow_incomplete: bool | None = None):
+    """Read a records folder with the checks the options ask for.
+
+    ``allow_incomplete`` None takes ``--allow-incomplete`` where the command has it (else refuses).
+    """
     from cube.records.store import read_records
 
     items = None
@@ -67,8 +80,18 @@ def load(path: str, args: argparse.Namespace, columns=()):
 
         benchmark, _, splits = args.items.partition("/")
         items = load_items(benchmark, splits=splits or "test")
+    if allow_incomplete is None:
+        allow_incomplete = bool(getattr(args, "allow_incomplete", False))
     return read_records(path, verify=not args.no_verify, items=items, columns=columns,
-                        progress=sys.stderr.isatty())
+                        progress=sys.stderr.isatty(), allow_incomplete=allow_incomplete)
+
+
+def incomplete_warnings(path: str) -> list[str]:
+    """One warning per cell of the store short of what its configuration promises."""
+    from cube.records.store import read_manifest, unfinished_cells
+
+    return [f"WARNING: incomplete cell (a killed or unfinished run?): {line}; its accuracies cover only the "
+            "records present" for line in unfinished_cells(read_manifest(path))]
 
 
 def _versus_filters(pairs: list[str], base: dict) -> dict:
@@ -127,19 +150,24 @@ def run(args: argparse.Namespace) -> int:
     from cube.analysis.rescore import calibration, filters_from, regression_table, rescore, select
     from cube.errors import ConfigError
 
-    table = load(args.records, args, columns=("probs",) if args.calibration else ())
+    table = load(args.records, args, columns=("probs",) if args.calibration else (), allow_incomplete=True)
+    incomplete = incomplete_warnings(args.records)
+    if args.versus_records:
+        incomplete += incomplete_warnings(args.versus_records)
+    for warning in incomplete:
+        print(warning, file=sys.stderr)
     filters = filters_from(vars(args))
     sliced = select(table, **filters)
     if sliced.num_rows == 0:
         raise ConfigError(f"{args.records}: no records match {filters or 'the slice'}")
 
     if args.versus:
-        other = load(args.versus_records, args) if args.versus_records else table
+        other = load(args.versus_records, args, allow_incomplete=True) if args.versus_records else table
         other_filters = _versus_filters(args.versus, filters)
         other_slice = select(other, **other_filters)
         regression = regression_table(sliced, other_slice)
         if args.json:
-            print(json.dumps({"a": filters, "b": other_filters,
+            print(json.dumps({"a": filters, "b": other_filters, "warnings": incomplete,
                               "rows": regression.rows.to_pylist(), "overall": regression.overall,
                               "only_a": regression.only_a, "only_b": regression.only_b},
                              ensure_ascii=False, indent=1))
@@ -151,20 +179,22 @@ def run(args: argparse.Namespace) -> int:
     if args.calibration:
         rows = calibration(sliced).to_pylist()
         if args.json:
-            print(json.dumps({"filters": filters, "rows": rows}, ensure_ascii=False, indent=1))
+            print(json.dumps({"filters": filters, "warnings": incomplete, "rows": rows}, ensure_ascii=False,
+                             indent=1))
         else:
             for r in rows:
                 print(f"{_cell_title(r)}: ECE {r['ece']:.4f} over {r['n']} items")
         return 0
 
     result = rescore(sliced, level=args.level, taxonomy=args.taxonomy)
+    warnings = incomplete + result.warnings
     for warning in result.warnings:
         print(warning, file=sys.stderr)
     if args.json:
-        print(json.dumps({"filters": filters, "level": args.level, "warnings": result.warnings,
+        print(json.dumps({"filters": filters, "level": args.level, "warnings": warnings,
                           "rows": result.rows.to_pylist()}, ensure_ascii=False, indent=1))
     else:
         print(format_rows(result.rows.to_pylist()))
-        for warning in result.warnings:
+        for warning in warnings:
             print(warning)
     return 0

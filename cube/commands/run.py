@@ -69,12 +69,16 @@ def _at_least_one(args: argparse.Namespace) -> None:
 
 
 def check_out(out: Path) -> None:
-    """``--out`` must be a records store or a new (or empty) folder: checked before a model loads."""
-    from cube.records.store import MANIFEST_NAME
+    """``--out`` must be a records store or a new (or empty) folder: checked before a model loads.
+
+    A folder holding only the store's lock files is empty: another run has just created it (and
+    the writer lock then says which), or a run died before it wrote its manifest.
+    """
+    from cube.records.store import LOCK_FILES, MANIFEST_NAME
 
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; it must be a records folder")
-    if out.is_dir() and not (out / MANIFEST_NAME).exists() and any(out.iterdir()):
+    if out.is_dir() and not (out / MANIFEST_NAME).exists() and any(p.name not in LOCK_FILES for p in out.iterdir()):
         raise ConfigError(f"--out {out} is a folder with other files and no {MANIFEST_NAME}; "
                           "give a new folder or an existing records store")
 
@@ -93,19 +97,31 @@ def _shard(value: str) -> tuple[int, int]:
         k, n = (int(x) for x in value.split("/"))
     except ValueError:
         raise ConfigError(f"--shard {value!r} must look like K/N, e.g. 0/4") from None
+    if not (n >= 1 and 0 <= k < n):  # as RunSpec checks it, but before the data is looked up
+        raise ConfigError(f"--shard {k}/{n}: need 0 <= K < N")
     return k, n
+
+
+def check_scorers(scorers: tuple[str, ...]) -> None:
+    """Scorer names, checked with the other arguments (RunSpec checks them too, after the items)."""
+    from cube.records.schema import ALL_SCORERS
+
+    unknown = [s for s in scorers if s not in ALL_SCORERS]
+    if unknown:
+        raise ConfigError(f"unknown scorer {unknown[0]!r}; known: {', '.join(ALL_SCORERS)}")
 
 
 def build_spec(args: argparse.Namespace):
     from cube.harness.models import model_source
     from cube.harness.precision import check_device, choose_dtype
-    from cube.harness.runner import GENERATION_SCORERS, RunSpec
+    from cube.harness.runner import GENERATION_SCORERS, RunSpec, preflight
     from cube.protocol.items import default_benchmark_root, load_items, stratified_sample
     from cube.protocol.label_sets import select_label_sets
     from cube.protocol.prompts import Cell
     from cube.records.leakage import build_index
 
-    root = default_benchmark_root(args.benchmark, args.data)
+    # Errors in the order a user makes them: the arguments, the model name and the config first,
+    # the benchmark data last, so that fixing the data never reveals a typo the run already had.
     _at_least_one(args)
     check_device(args.device)  # before items and the model load (torch's own errors are tracebacks)
     model_sha256 = model_source(args.model).gguf_sha256  # an unknown model fails here, not at load
@@ -113,13 +129,17 @@ def build_spec(args: argparse.Namespace):
     check_contexts(contexts)  # (each list option is parsed by cube.commands.options.comma_list)
     label_sets = select_label_sets(args.label_sets)
     scorers = tuple(args.scorers)
+    check_scorers(scorers)
+    shard = _shard(args.shard)
+    if args.within is not None and (args.sample is None or args.sample > args.within):
+        raise ConfigError(f"--within {args.within} needs a --sample of at most {args.within}")
+    cells = [Cell(ls, ctx, n, order) for ls in label_sets for ctx in contexts for n in shots for order in orders]
+    root = default_benchmark_root(args.benchmark, args.data)
     items = load_items(args.benchmark, root, splits=(args.split,), subjects=subjects)
     for option, size in (("--within", args.within), ("--sample", args.sample)):
         if size is not None and size > len(items):
             raise ConfigError(f"{option} {size} is more than the {len(items)} {args.split} items to draw from")
     if args.within is not None:
-        if args.sample is None or args.sample > args.within:
-            raise ConfigError(f"--within {args.within} needs a --sample of at most {args.within}")
         items = stratified_sample(items, args.within, args.seed)
     if args.sample is not None:
         items = stratified_sample(items, args.sample, args.seed)
@@ -128,35 +148,41 @@ def build_spec(args: argparse.Namespace):
     if set(scorers) & set(GENERATION_SCORERS):  # generations are scrubbed of every item's text
         splits = [s for s in ("dev", "val", "test") if (Path(root) / s).is_dir()]
         index = build_index(load_items(args.benchmark, root, splits=splits))
-    cells = [Cell(ls, ctx, n, order) for ls in label_sets for ctx in contexts for n in shots for order in orders]
     precision = choose_dtype(args.dtype, args.device)
-    return RunSpec(
+    spec = RunSpec(
         model=args.model, items=tuple(items), cells=tuple(cells), scorers=scorers, leakage_index=index,
         dev_items=tuple(dev), shard_size=args.shard_size, batch_size=args.batch_size,
-        shard=_shard(args.shard), max_new_tokens=args.max_new_tokens,
+        shard=shard, max_new_tokens=args.max_new_tokens,
         extra={"benchmark": args.benchmark, "split": args.split, "sample": args.sample, "within": args.within,
                "seed": args.seed, "subjects": subjects, "model_sha256": model_sha256, "device": args.device,
                "dtype": precision.dtype, "dtype_reason": precision.reason, "backend": args.backend,
                "command": command_line(args)},
     )
+    preflight(spec)  # every prompt the run will build: shots, orders, label sets, names
+    return spec
 
 
 def run(args: argparse.Namespace) -> int:
-    from cube.harness.runner import pending_jobs
+    from cube.harness.runner import resume_plan
     from cube.harness.runner import run as run_spec
+    from cube.records.store import create_store, writer_lock
 
     check_out(args.out)
     spec = build_spec(args)  # every argument is checked here, before a model loads
-    todo, done = pending_jobs(spec, args.out)  # and the store's recorded configuration
-    dtype = spec.extra["dtype"]
-    print(f"{spec.model}: {len(spec.items)} items x {len(spec.cells)} cells, {len(todo)} shards to run, "
-          f"{done} already done (config {spec.config_hash()}); {dtype} ({spec.extra['dtype_reason']})",
-          file=sys.stderr)
-    if not todo:
-        return 0
-    from cube.harness.backends import open_backend
+    with writer_lock(args.out):  # one writer per store, from the resume check to the run log
+        create_store(args.out)  # at once, so that the folder reads as a store (check_out) from now on
+        plan = resume_plan(spec, args.out)  # the store's recorded configuration, each done shard re-checked
+        for line in plan.broken:
+            print(line, file=sys.stderr)
+        dtype = spec.extra["dtype"]
+        print(f"{spec.model}: {len(spec.items)} items x {len(spec.cells)} cells, {len(plan.todo)} shards to run, "
+              f"{plan.done} already done (config {spec.config_hash()}); {dtype} ({spec.extra['dtype_reason']})",
+              file=sys.stderr)
+        if not plan.todo:
+            return 0
+        from cube.harness.backends import open_backend
 
-    backend = open_backend(args.backend, args.model, dtype=dtype, device=args.device)
-    log = run_spec(backend, spec, args.out, model_sha256=spec.extra["model_sha256"])
+        backend = open_backend(args.backend, args.model, dtype=dtype, device=args.device)
+        log = run_spec(backend, spec, args.out, model_sha256=spec.extra["model_sha256"])
     print(f"wrote {log['records_written']} records in {log['jobs_run']} shards, {log['wall_s']} s", file=sys.stderr)
     return 0

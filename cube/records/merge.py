@@ -116,16 +116,22 @@ def merge_runs(out: Path, sources: Sequence[Path], progress: bool = True) -> Mer
 
     Shards are written first (each atomically), then the manifest: a merge killed half-way
     leaves shards the manifest does not list, which the reader refuses by name, and running the
-    same merge again completes it.
+    same merge again completes it. The merge holds the output store's writer lock (a ``cube run``
+    into it would otherwise lose its manifest entries to the merge's manifest), planned again
+    under the lock so that nothing written meanwhile is overlooked.
     """
     from tqdm import tqdm
 
-    plan = plan_merge(out, sources)
-    for name, src in tqdm(sorted(plan.copies.items()), desc="merge", unit="shard", disable=not progress):
-        atomic_write_bytes(out / name, src.read_bytes())
-    for model, lines in plan.runlogs.items():
-        atomic_write_text(out / model / RUNLOG, "\n".join(lines) + "\n")
-    atomic_write_text(out / MANIFEST_NAME, json.dumps(plan.manifest, indent=1, sort_keys=True) + "\n")
+    from cube.records.store import writer_lock
+
+    plan_merge(out, sources)  # every input checked before the output folder is touched
+    with writer_lock(out):
+        plan = plan_merge(out, sources)
+        for name, src in tqdm(sorted(plan.copies.items()), desc="merge", unit="shard", disable=not progress):
+            atomic_write_bytes(out / name, src.read_bytes())
+        for model, lines in plan.runlogs.items():
+            atomic_write_text(out / model / RUNLOG, "\n".join(lines) + "\n")
+        atomic_write_text(out / MANIFEST_NAME, json.dumps(plan.manifest, indent=1, sort_keys=True) + "\n")
     return plan
 
 

@@ -32,6 +32,13 @@ JUDGEMENT_CELL = ("-", "judgement", 0, "original")
 
 RUNLOG_NAME = "runlog.jsonl"  # each model folder's run log: one JSON line per finished run
 
+
+def cell_shard_file(cell: str, chunk: int) -> str:
+    """The file of chunk ``chunk`` of a harness cell (``<kind>--<cell>``; prefixed by the model
+    folder, a store's cell key gives the shard's manifest name). One definition, shared by the
+    runner that writes shards and the store that checks a cell's shards are all there."""
+    return f"{cell}--{chunk:05d}.parquet"
+
 RECORD_SCHEMA = pa.schema([
     # --- keys -------------------------------------------------------------------------------
     pa.field("model", pa.string(), nullable=False),       # a name from config/models.yaml

@@ -16,16 +16,28 @@ Writing goes shard by shard (``write_shard``: one model's records under a name t
 chooses; ``write_records``: the next ``part-NNNNN`` per model): each shard is written to a temp
 file, listed in the manifest (rewritten atomically under a file lock, so parallel writers do not
 lose each other's entries), then renamed into place. A file the manifest does not list, or a
-listed file that is missing, is refused by name rather than silently read or skipped.
+listed file that is missing, is refused by name rather than silently read or skipped. A harness
+cell's configuration enters the manifest in the same update as the cell's first shard, never
+before: a run that fails before writing leaves nothing that binds a later one.
+
+A harness store also says what it should hold: each cell's configuration records its item
+count, shard size and scorers, so the shards it promises (names and rows) are known, and a
+killed or unfinished run is told apart from a finished one (``unfinished_cells``). Readers refuse
+an incomplete store unless asked to allow it (``read_records(allow_incomplete=True)``,
+``--allow-incomplete``); ``cube rescore`` reads it and warns. A whole run holds the store's
+writer lock (``writer_lock``), so two ``cube run`` never write one store at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +54,26 @@ except ImportError:  # pragma: no cover
 
 from cube.atomic import atomic_write_bytes, atomic_write_text
 from cube.checksums import sha256_file
-from cube.errors import RecordsError, ResumeMismatch
+from cube.errors import RecordsError, ResumeMismatch, StoreBusy
 from cube.files import read_json
 from cube.protocol.items import Item
-from cube.records.schema import KEY_COLUMNS, RECORD_SCHEMA, SCHEMA_METADATA_KEY, SCHEMA_VERSION, SCORER_NAMES
+from cube.records.schema import (
+    GENERATION_RECORD_SCORERS,
+    KEY_COLUMNS,
+    RECORD_SCHEMA,
+    SCHEMA_METADATA_KEY,
+    SCHEMA_VERSION,
+    SCORER_NAMES,
+    cell_shard_file,
+)
 
 MANIFEST_NAME = "MANIFEST.json"
+MANIFEST_LOCK = ".manifest.lock"  # held for each manifest update (parallel shard writers)
+WRITER_LOCK = ".writer.lock"  # held for a whole run: one writer per store; holds the writer's pid
+LOCK_FILES = (MANIFEST_LOCK, WRITER_LOCK)
+# Set to 1 (e.g. by `cube book execute --allow-incomplete`) to let read_records read a store whose
+# cells are incomplete where the caller passes no allow_incomplete of its own (the notebooks).
+ALLOW_INCOMPLETE_ENV = "CUBE_ALLOW_INCOMPLETE"
 SHARD_PATTERN = "part-{:05d}.parquet"
 # A model name becomes a folder name: keep it to characters every filesystem accepts.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -514,7 +540,7 @@ def _check_table(table: pa.Table, where: str) -> pa.Table:
 def manifest_lock(directory: Path) -> Iterator[None]:
     """Serialise manifest updates between processes (e.g. harness shards run in parallel)."""
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".manifest.lock", "a+") as fh:
+    with open(directory / MANIFEST_LOCK, "a+") as fh:
         if fcntl is not None:
             fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -525,14 +551,79 @@ def manifest_lock(directory: Path) -> Iterator[None]:
 
 
 def _update_manifest(
-    directory: Path, entries: Mapping[str, dict], synthetic: bool, metadata: Mapping | None
+    directory: Path, entries: Mapping[str, dict], synthetic: bool, metadata: Mapping | None,
+    cell: CellToRecord | None = None,
 ) -> None:
     path = directory / MANIFEST_NAME
     manifest = read_manifest(directory) if path.exists() else _empty_manifest()
+    if cell is not None:  # checked here, under the lock, against what the store holds now
+        problem = _cell_problem(manifest, {cell.key: cell.config}, cell.shared)
+        if problem:
+            raise ResumeMismatch(f"{directory}: {problem}")
+        if cell.key not in _cells_with_records(manifest):
+            manifest.setdefault("cells", {})[cell.key] = dict(cell.config)
     manifest["synthetic"] = bool(manifest.get("synthetic")) or synthetic
     manifest.setdefault("metadata", {}).update(dict(metadata or {}))
     manifest["files"].update(entries)
     atomic_write_text(path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+def create_store(directory: str | Path) -> None:
+    """An empty store (a manifest listing nothing) where there is none yet, so that a run killed
+    before its first shard leaves a folder ``cube run`` recognises as its own."""
+    directory = Path(directory)
+    with manifest_lock(directory):
+        if not (directory / MANIFEST_NAME).exists():
+            atomic_write_text(directory / MANIFEST_NAME, json.dumps(_empty_manifest(), indent=1, sort_keys=True) + "\n")
+
+
+@contextmanager
+def writer_lock(directory: str | Path) -> Iterator[None]:
+    """Hold the store's writer lock: one writing run per store, for the whole run.
+
+    Why: shard writes are atomic each, but two runs of one cell into one store interleave their
+    manifest entries and renames (A lists, B lists and renames, A renames over B), and a second
+    run's start-up cleanup would delete the first one's temp files in flight. An exclusive
+    ``flock`` on ``DIR/.writer.lock``, taken without waiting, makes the second run refuse at once
+    with the holder's pid (which the holder writes into the file). The kernel drops the lock when
+    its holder dies, however it dies, so a killed run never leaves a store locked. Re-entrant
+    within a process (``cube run`` holds it from its checks to its run log, and ``runner.run``
+    takes it again). Parallel ``cube run --shard K/N`` processes write one store each and are
+    joined by ``cube merge``.
+    """
+    directory = Path(directory)
+    key = str(directory.resolve())
+    if key in _WRITER_LOCKS:
+        _WRITER_LOCKS[key] += 1
+        try:
+            yield
+        finally:
+            _WRITER_LOCKS[key] -= 1
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / WRITER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+                raise StoreBusy(
+                    f"{directory}: another process (pid {holder if holder.isdigit() else 'unknown'}) is writing "
+                    f"to this store (it holds {WRITER_LOCK}); wait for it to finish, or write to another --out"
+                ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _WRITER_LOCKS[key] = 1
+        try:
+            yield
+        finally:
+            del _WRITER_LOCKS[key]
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
+
+
+_WRITER_LOCKS: dict[str, int] = {}  # store -> depth of this process's writer_lock on it
 
 
 # --------------------------------------------------------------------------------------------
@@ -552,10 +643,25 @@ def config_differences(old: Mapping[str, Any], new: Mapping[str, Any],
     return [f"{n} {_shown(old.get(n))} -> {_shown(new.get(n))}" for n in names if old.get(n) != new.get(n)]
 
 
+def _cell_of(name: str) -> str:
+    """The cell key (``<model>/<kind>--<cell>``) of a harness shard's manifest name."""
+    return name.rsplit("--", 1)[0]
+
+
+def _cells_with_records(manifest: Mapping[str, Any]) -> dict[str, dict]:
+    """The recorded cells that hold at least one listed shard: only these bind a later run.
+
+    A configuration recorded without records (by a cube that recorded cells before writing, and
+    then failed on a bad argument) promises nothing, so it must not refuse the corrected run.
+    """
+    holding = {_cell_of(name) for name in manifest.get("files") or {}}
+    return {k: c for k, c in (manifest.get("cells") or {}).items() if k in holding}
+
+
 def _cell_problem(manifest: Mapping[str, Any], configs: Mapping[str, Mapping],
                   shared: Sequence[str]) -> str | None:
     """Why these cells cannot be written into a store with this manifest, or None."""
-    known = manifest.get("cells") or {}
+    known = _cells_with_records(manifest)
     listed = manifest.get("files") or {}
     for key, config in configs.items():
         if key in known:
@@ -595,8 +701,9 @@ def check_cells(directory: str | Path, configs: Mapping[str, Mapping], shared: S
 def record_cells(directory: str | Path, configs: Mapping[str, Mapping], shared: Sequence[str]) -> None:
     """Check and record the cells' configurations in the manifest, under its lock.
 
-    Recorded before the first shard of a cell is written, so even a killed run's partial cell
-    is bound to the configuration that started it.
+    For writers that record cells apart from their shards (tests, tools); the harness records
+    each cell with its first shard (``write_shard(..., cell=...)``), so a run that fails before
+    writing leaves no configuration behind.
     """
     directory = Path(directory)
     with manifest_lock(directory):
@@ -611,6 +718,97 @@ def record_cells(directory: str | Path, configs: Mapping[str, Mapping], shared: 
             atomic_write_text(path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
+def rows_per_item(config: Mapping[str, Any]) -> int | None:
+    """Records one item gives in a harness cell of this configuration, or None if it cannot say.
+
+    One per scorer for label, cloze and judgement cells; a generation cell's one scorer (M6 or
+    M6-cot) yields one record per extractor.
+    """
+    kind, scorers = config.get("kind"), config.get("scorers")
+    if not isinstance(scorers, list) or not scorers:
+        return None
+    if kind in ("gen", "cot"):
+        return len(GENERATION_RECORD_SCORERS) * len(scorers)
+    return len(scorers) if kind in ("label", "cloze", "tf") else None
+
+
+def promised_shards(cell: str, config: Mapping[str, Any]) -> dict[str, int] | None:
+    """``<model>/<file>`` -> rows of every shard the cell's configuration promises (None: unknown).
+
+    The harness cuts the cell's ``n_items`` into chunks of ``shard_size``, one shard each
+    (``cube.harness.runner.plan_jobs``), so the last chunk may be short.
+    """
+    n, size, per = config.get("n_items"), config.get("shard_size"), rows_per_item(config)
+    if not (isinstance(n, int) and isinstance(size, int) and n >= 0 and size >= 1 and per):
+        return None
+    return {cell_shard_file(cell, c): min(size, n - c * size) * per for c in range(math.ceil(n / size))}
+
+
+def unfinished_cells(manifest: Mapping[str, Any]) -> list[str]:
+    """One line per recorded cell whose listed shards are not what its configuration promises.
+
+    A killed or still-running ``cube run``, or one process of a ``--shard K/N`` run not merged
+    yet, leaves fewer shards than the cell's items need; its accuracy is then an accuracy on the
+    items that happened to finish, and no reader may report it as the run's. Compared: the
+    shard names and each shard's rows as the manifest lists them (``read_records`` checks the
+    files hold those rows). Stores without recorded cells (the archive's older models) promise
+    nothing and give no line.
+    """
+    files = manifest.get("files") or {}
+    by_cell: dict[str, dict[str, Any]] = {}
+    for name, entry in files.items():
+        by_cell.setdefault(_cell_of(name), {})[name] = entry
+    lines = []
+    for cell, config in sorted((manifest.get("cells") or {}).items()):
+        promised = promised_shards(cell, config)
+        present = by_cell.get(cell, {})
+        if promised is None:
+            lines.append(f"{cell}: its configuration does not record n_items, shard_size, kind and scorers, "
+                         "so its shards cannot be checked")
+            continue
+        missing = [name for name in promised if name not in present]
+        extra = sorted(name for name in present if name not in promised)
+        short = [(name, present[name].get("rows"), rows) for name, rows in promised.items()
+                 if name in present and present[name].get("rows") != rows]
+        if missing:
+            per = rows_per_item(config) or 1
+            have = sum(promised[name] for name in promised if name in present) // per
+            lines.append(f"{cell}: {len(promised) - len(missing)} of {len(promised)} shards, {have} of "
+                         f"{config['n_items']} items (missing e.g. {missing[0]})")
+        elif short:
+            name, listed, rows = short[0]
+            lines.append(f"{cell}: {name} lists {listed} rows where the cell promises {rows}")
+        elif extra:
+            lines.append(f"{cell}: {extra[0]} is not a shard its configuration promises")
+    return lines
+
+
+def shard_problem(directory: str | Path, name: str, entry: Mapping[str, Any],
+                  expected_rows: int | None = None) -> str | None:
+    """Why a listed shard cannot be counted as done on resume (None: it can).
+
+    A resume that trusted every listed, present file would keep a truncated or edited shard for
+    good ("0 shards to run") while every reader refuses it. Checked: the file's sha256 against
+    the manifest, that Parquet can read its footer, and its rows against the manifest's entry and
+    against what its cell promises.
+    """
+    path = Path(directory) / name
+    if not path.is_file():
+        return "listed in the manifest but missing"
+    digest = sha256_file(path)
+    if digest != entry.get("sha256"):
+        return f"sha256 {digest[:12]}... does not match the manifest's {str(entry.get('sha256'))[:12]}..."
+    try:
+        rows = pq.read_metadata(path).num_rows
+    except (pa.ArrowException, OSError, ValueError):
+        return "not a readable Parquet file"
+    if entry.get("rows") is not None and rows != entry["rows"]:
+        return f"{rows} rows where the manifest lists {entry['rows']}"
+    if expected_rows is not None and rows != expected_rows:
+        return f"{rows} rows where its cell promises {expected_rows}"
+    return None
+
+
 def _shard_name(name: str, model: str) -> str:
     parts = name.split("/")
     if len(parts) != 2 or parts[0] != model or not SHARD_FILE.match(parts[1]):
@@ -620,6 +818,18 @@ def _shard_name(name: str, model: str) -> str:
     return name
 
 
+@dataclass(frozen=True)
+class CellToRecord:
+    """A harness cell's configuration, recorded with the cell's first shard.
+
+    ``shared`` names the fields every cell of one model in a store must agree on.
+    """
+
+    key: str  # <model>/<kind>--<cell>
+    config: Mapping[str, Any]
+    shared: tuple[str, ...] = ()
+
+
 def write_shard(
     directory: str | Path,
     name: str,
@@ -627,6 +837,7 @@ def write_shard(
     *,
     synthetic: bool = False,
     metadata: Mapping[str, Any] | None = None,
+    cell: CellToRecord | None = None,
 ) -> Path:
     """Write one model's records as ``DIR/<model>/<file>.parquet`` and list it in the manifest.
 
@@ -635,14 +846,19 @@ def write_shard(
     and its manifest entry. Order of steps: temp file, manifest entry, rename. A crash before
     the rename leaves an entry whose file is missing: the reader refuses it by name, and a
     resumed job that rewrites the shard heals it. A stray shard never appears unlisted.
+    ``cell``: the harness cell the shard belongs to; its configuration is checked against the
+    store and recorded in the same manifest update as the shard's entry.
     """
+    if cell is not None and _cell_of(name) != cell.key:
+        raise RecordsError(f"shard {name}: not a shard of cell {cell.key}")
     return _write_checked_shard(
-        Path(directory), name, _check_table(table, f"shard {name}"), synthetic, metadata
+        Path(directory), name, _check_table(table, f"shard {name}"), synthetic, metadata, cell
     )
 
 
 def _write_checked_shard(
-    directory: Path, name: str, table: pa.Table, synthetic: bool, metadata: Mapping | None
+    directory: Path, name: str, table: pa.Table, synthetic: bool, metadata: Mapping | None,
+    cell: CellToRecord | None = None,
 ) -> Path:
     models = pc.unique(table.column("model")).to_pylist()
     if len(models) != 1:
@@ -658,7 +874,7 @@ def _write_checked_shard(
 
     def list_in_manifest() -> None:
         with manifest_lock(directory):
-            _update_manifest(directory, {name: entry}, synthetic, metadata)
+            _update_manifest(directory, {name: entry}, synthetic, metadata, cell)
 
     atomic_write_bytes(path, data, before_rename=list_in_manifest)
     return path
@@ -728,6 +944,7 @@ def read_records(
     items: Iterable[Item] | Mapping[str, str] | None = None,
     columns: Sequence[str] | None = None,
     progress: bool = False,
+    allow_incomplete: bool | None = None,
 ) -> pa.Table:
     """Every record of the store, validated; raises :class:`RecordsError` on the first problem.
 
@@ -735,6 +952,10 @@ def read_records(
     ``items`` (Items, or a uid -> qhash mapping) checks that the records belong to that item set.
     ``columns`` reads only those columns plus ``ESSENTIAL_COLUMNS`` (keys and outcomes); the
     schema of every column is still checked from the file metadata.
+    A store with a cell short of what its configuration promises (``unfinished_cells``: a killed
+    or unfinished run) is refused unless ``allow_incomplete`` is True; None (the default) reads
+    ``$CUBE_ALLOW_INCOMPLETE`` (``1`` allows), which is how ``cube book execute
+    --allow-incomplete`` reaches the notebooks. Each file's rows must equal its manifest entry's.
     """
     from cube.records.provenance import incomplete_cells
 
@@ -746,6 +967,15 @@ def read_records(
         raise RecordsError(
             f"{directory}: cells incomplete: {'; '.join(incomplete)}: the run log says they were "
             "written, but the store no longer lists them"
+        )
+    if allow_incomplete is None:
+        allow_incomplete = os.environ.get(ALLOW_INCOMPLETE_ENV, "") == "1"
+    unfinished = unfinished_cells(manifest)
+    if unfinished and not allow_incomplete:
+        more = f" (and {len(unfinished) - 1} more)" if len(unfinished) > 1 else ""
+        raise RecordsError(
+            f"{directory}: incomplete store: {unfinished[0]}{more}; finish the run (re-run its command: it "
+            "resumes) or pass --allow-incomplete to read the records present"
         )
     on_disk = sorted(p.relative_to(directory).as_posix() for p in directory.glob("*/*.parquet"))
     unlisted = [name for name in on_disk if name not in manifest["files"]]
@@ -778,6 +1008,12 @@ def read_records(
                     f"{manifest['files'][name]['sha256'][:12]}... (file changed after writing)"
                 )
         table = _read_shard(path, name, wanted)
+        listed_rows = manifest["files"][name].get("rows")
+        if listed_rows is not None and table.num_rows != listed_rows:
+            raise RecordsError(
+                f"{where}: {table.num_rows} rows where {MANIFEST_NAME} lists {listed_rows} (file or manifest "
+                "changed after writing)"
+            )
         _check_values(table, where)
         tables.append(table)
 

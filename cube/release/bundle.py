@@ -612,6 +612,7 @@ def build_bundle(
     index: leakage.LeakageIndex | None = None,
     models_config: Mapping[str, Any] | None = None,
     plan: Sequence[Any] | None = None,
+    allow_incomplete: bool = False,
 ) -> BuildResult:
     """Scrub, audit and package a records store as ``out/`` and ``out.tar.gz``.
 
@@ -620,7 +621,8 @@ def build_bundle(
     and any hit refuses the build before a file is written (``index``: one already built from
     ``items``, to save its seconds). The bundle is assembled in a temp
     folder beside ``out`` and renamed into place; on any failure (or Ctrl-C) the temp folder and
-    the temp tarball are removed, so no partial bundle is ever left behind.
+    the temp tarball are removed, so no partial bundle is ever left behind. A store with a cell
+    short of what its configuration promises (a killed run) is refused unless ``allow_incomplete``.
     """
     from cube.analysis.confirm import model_families
     from cube.config import REPO_ROOT, load_config
@@ -638,7 +640,7 @@ def build_bundle(
 
     doc = read_prediction(Path(prediction))
     records_manifest = read_manifest(records)
-    table = read_records(records, verify=True, progress=sys.stderr.isatty())
+    table = read_records(records, verify=True, progress=sys.stderr.isatty(), allow_incomplete=allow_incomplete)
     by_uid = {item.uid: item for item in items}
     known = pc.is_in(table.column("uid"), value_set=pa.array(list(by_uid), type=pa.string()))
     check_items(table.filter(known), {u: i.qhash for u, i in by_uid.items()}, str(records))

@@ -23,10 +23,13 @@ from cube.analysis.stats import (
     footrule_noise_floor,
     footrule_normalisation,
     footrule_verdict,
+    macro_accuracy_ci,
+    macro_effective_n,
     mcnemar_exact,
     paired_bootstrap_ci,
     paired_noise_floor,
     reliability_table,
+    stratified_wilson_interval,
     wilson_interval,
 )
 from cube.errors import CubeError
@@ -70,6 +73,69 @@ def test_accuracy_ci_accepts_0_1_ints_and_rejects_other_values() -> None:
         accuracy_ci([])
     with pytest.raises(CubeError, match="level"):
         accuracy_ci([1, 0], level=1.0)
+
+
+# ---------------------------------------------------------------- macro (stratified) interval
+
+
+def _root_interval(k: np.ndarray, n: np.ndarray, level: float) -> tuple[float, float]:
+    """The stratified Wilson interval from its definition, by root finding (no closed form):
+    the p with (mean - p)^2 = z^2 p (1 - p) sum(w_s^2 / n_s), w_s = 1 / S."""
+    from scipy.optimize import brentq
+
+    z = sps.norm.ppf(0.5 + level / 2)
+    mean = float(np.mean(k / n))
+    v = float(np.sum(1.0 / n)) / len(n) ** 2
+
+    def f(p: float) -> float:
+        return (mean - p) ** 2 - z * z * p * (1 - p) * v
+
+    lo = 0.0 if mean == 0.0 else brentq(f, 0.0, mean)
+    hi = 1.0 if mean == 1.0 else brentq(f, mean, 1.0)
+    return lo, hi
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("level", [0.9, 0.95])
+def test_macro_interval_is_the_root_of_its_defining_equation(seed: int, level: float) -> None:
+    rng = np.random.default_rng(seed)
+    n = rng.integers(1, 6, size=int(rng.integers(3, 70)))
+    k = rng.binomial(n, rng.uniform(0, 1, size=n.size))
+    mean, lo, hi = macro_accuracy_ci(k, n, level)
+    assert mean == pytest.approx(np.mean(k / n))
+    assert (lo, hi) == pytest.approx(_root_interval(k, n, level), abs=1e-9)
+
+
+def test_macro_interval_keeps_its_width_with_one_item_per_subject() -> None:
+    """Issue 22: --sample 30 draws one item per subject; 5 of 30 right gave 0.167 [0.167, 0.167]."""
+    k, n = np.array([1] * 5 + [0] * 25), np.ones(30)
+    mean, lo, hi = macro_accuracy_ci(k, n)
+    ref = sps.binomtest(5, 30).proportion_ci(0.95, method="wilson")  # one item each: the pooled Wilson
+    assert mean == pytest.approx(5 / 30)
+    assert (lo, hi) == pytest.approx((ref.low, ref.high), abs=1e-12)
+    assert hi - lo > 0.2
+    # equal strata of m items: Wilson of the S * m pooled items; unequal ones: the harmonic size
+    k3, n3 = np.array([0, 1, 2, 3]), np.full(4, 3)
+    ref3 = sps.binomtest(6, 12).proportion_ci(0.95, method="wilson")
+    assert macro_accuracy_ci(k3, n3)[1:] == pytest.approx((ref3.low, ref3.high), abs=1e-12)
+    assert macro_effective_n([1, 2, 4]) == pytest.approx(9 / (1 + 1 / 2 + 1 / 4))
+    lo_v, hi_v = stratified_wilson_interval(np.array([0.0, 1.0, 0.5]), np.array([5.0, 5.0, 5.0]))
+    assert lo_v[0] == 0.0 < hi_v[0] and lo_v[1] < hi_v[1] == 1.0 and lo_v[2] < 0.5 < hi_v[2]
+
+
+@pytest.mark.parametrize("subjects", [10, 30, 67])
+@pytest.mark.parametrize("truth", ["flat", "spread", "high", "low"])
+def test_macro_interval_covers_with_one_to_five_items_per_subject(subjects: int, truth: str) -> None:
+    """Coverage by simulation, each replicate a fresh draw of every subject's items."""
+    rng = np.random.default_rng(subjects)
+    n = rng.integers(1, 6, size=subjects)
+    p = {"flat": np.full(subjects, 0.25), "spread": rng.uniform(0.05, 0.95, subjects),
+         "high": rng.uniform(0.8, 1.0, subjects), "low": rng.uniform(0.0, 0.15, subjects)}[truth]
+    k = rng.binomial(n, p, size=(20_000, subjects))
+    mean = (k / n).mean(axis=1)
+    lo, hi = stratified_wilson_interval(mean, np.full(mean.size, macro_effective_n(n)))
+    coverage = float(np.mean((lo <= p.mean()) & (p.mean() <= hi)))
+    assert coverage >= 0.93, coverage
 
 
 # ---------------------------------------------------------------- McNemar

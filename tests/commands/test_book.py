@@ -73,3 +73,22 @@ def test_bad_input_is_one_line_and_exit_2(cube, argv, message):
     code, _, err = cube(*argv)
     assert code == 2 and err.startswith("cube: error: ") and message in err.replace(str(book.EXECUTED_DIR), "book/_executed")
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.registry
+def test_a_notebook_on_a_killed_runs_store_fails_in_one_line_unless_allowed(
+        cube, tmp_path, benchmarks_root, tiny_qwen3, qwen3_tokenizer):
+    """Issue 22: the book read 2 of the 6 shards of `--sample 30 --shard-size 5` as a finished run."""
+    pytest.importorskip("torch")
+    from tests.killed_run import killed_run
+
+    store = tmp_path / "records"
+    killed_run(store, benchmarks_root, tiny_qwen3, qwen3_tokenizer)
+    argv = ("execute", "--only", "08_benchmark_practice", "--param", f"records={store}", "--as", "partial",
+            "--out", str(tmp_path / "mine"))
+    code, _, err = cube(*argv)
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("cube: notebook partial failed in cell ") and "RecordsError: " in err
+    assert "incomplete store: tiny/label--L1_halfwidth__zh_cue__0shot__original: 2 of 6 shards, 10 of 30 items" in err
+    code, out, err = cube(*argv, "--allow-incomplete")
+    assert "incomplete store" not in err  # read; whatever the page then finds on 10 items is its own

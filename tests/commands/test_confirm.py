@@ -73,3 +73,18 @@ def test_bad_input_is_exit_2(run, store, tmp_path):
     write_records(other, table([record()]))
     code, _, err = run(str(other))
     assert code == 2 and "no M1-strict records" in err
+
+
+@pytest.mark.registry
+def test_a_killed_runs_store_is_refused_unless_allowed(run, tmp_path, benchmarks_root, tiny_qwen3, qwen3_tokenizer):
+    """Issue 22: 2 of the 6 shards of `--sample 30 --shard-size 5` were confirmed as if complete."""
+    pytest.importorskip("torch")
+    from tests.killed_run import killed_run
+
+    killed_run(tmp_path / "records", benchmarks_root, tiny_qwen3, qwen3_tokenizer)
+    code, out, err = run(str(tmp_path / "records"), "--family", "tiny=qwen3")
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("cube: error: ")
+    assert "incomplete store: tiny/label--L1_halfwidth__zh_cue__0shot__original: 2 of 6 shards, 10 of 30 items" in err
+    assert "--allow-incomplete" in err
+    code, out, err = run(str(tmp_path / "records"), "--family", "tiny=qwen3", "--allow-incomplete")
+    assert code in (0, 1) and "tiny" in out, err

@@ -236,3 +236,22 @@ def run_action(capsys, action, *argv):
     code = main(["release", action, *map(str, argv)])
     out, err = capsys.readouterr()
     return code, out, err
+
+
+@pytest.mark.registry
+def test_build_refuses_a_killed_runs_store_unless_allowed(tmp_path, capsys, cmmlu_root, tiny_qwen3, qwen3_tokenizer):
+    """Issue 22: 2 of the 6 shards of `--sample 30 --shard-size 5` were released as if complete."""
+    pytest.importorskip("torch")
+    from tests.killed_run import killed_run
+
+    records, out = tmp_path / "records", tmp_path / "release" / "bundle"
+    killed_run(records, cmmlu_root.parent, tiny_qwen3, qwen3_tokenizer)
+    code = main(["release", "build", str(records), "--out", str(out), "--items", str(cmmlu_root)])
+    printed, err = capsys.readouterr()
+    assert code == 2 and printed == "" and err.count("\n") == 1, err
+    assert "incomplete store: tiny/label--L1_halfwidth__zh_cue__0shot__original: 2 of 6 shards, 10 of 30 items" in err
+    assert not out.exists() and not out.with_name("bundle.tar.gz").exists()
+    code = main(["release", "build", str(records), "--out", str(out), "--items", str(cmmlu_root),
+                 "--allow-incomplete"])
+    printed, err = capsys.readouterr()
+    assert code == 0 and "20 records" in printed, err

@@ -127,3 +127,31 @@ def test_a_file_instead_of_a_records_folder_is_one_line(run, tmp_path):
     path.write_bytes(b"PAR1")
     code, _, err = run(str(path))
     assert code == 2 and err.startswith("cube: error: ") and "is not a folder" in err and err.count("\n") == 1
+
+
+# --- issue 22: a killed run's store is not reported as a finished one ---------------------------
+
+
+@pytest.fixture(scope="module")
+def killed_store(tmp_path_factory, benchmarks_root, tiny_qwen3, qwen3_tokenizer):
+    """2 of the 6 shards of `--sample 30 --shard-size 5`, as a kill leaves them (tests/killed_run.py)."""
+    pytest.importorskip("torch")
+    from tests.killed_run import killed_run
+
+    out = tmp_path_factory.mktemp("killed") / "records"
+    killed_run(out, benchmarks_root, tiny_qwen3, qwen3_tokenizer)
+    return out
+
+
+@pytest.mark.registry
+def test_a_killed_runs_store_is_rescored_with_a_loud_warning(run, killed_store):
+    code, out, err = run(str(killed_store), "--scorer", "M1-seq", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert [r["n"] for r in doc["rows"] if r["aggregation"] == "micro"] == [10]
+    needle = "incomplete cell (a killed or unfinished run?): tiny/label--L1_halfwidth__zh_cue__0shot__original: " \
+             "2 of 6 shards, 10 of 30 items"
+    assert len(doc["warnings"]) == 1 and needle in doc["warnings"][0]
+    assert needle in err  # printed too, not only in the JSON
+    code, out, err = run(str(killed_store), "--scorer", "M1-seq")
+    assert code == 0 and needle in out and needle in err

@@ -98,6 +98,10 @@ def _no_model_loads(monkeypatch):
     (["--shots", "0,,5"], "--shots '0,,5' has an empty entry"),
     (["--batch-size", "0"], "--batch-size 0 must be at least 1"),
     (["--model", "nope"], "unknown model 'nope'"),
+    # issue 22 §2: each of these failed only once the model had loaded, and left its cell recorded
+    (["--shots", "6"], "needs 6 dev items of subject 'anatomy'; found 5"),  # CMMLU has 5 per subject
+    (["--split", "dev", "--shots", "5"], "needs 5 dev items of subject 'anatomy'; found 4"),  # never its own shot
+    (["--orders", "shift4"], "option order 'shift4' is not 'original' or shift1..shift3"),
 ])
 def test_a_bad_argument_fails_before_any_model_loads(tmp_path, monkeypatch, capsys, argv, needle):
     _no_model_loads(monkeypatch)
@@ -145,3 +149,95 @@ def test_real_model_resume_under_another_configuration_is_refused(tmp_path, monk
     assert read_records(out).equals(before)
     assert main([*argv, "--subjects", "agronomy"]) == 0  # the same command: nothing to do
     assert "0 shards to run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, labels, needle", [
+    ("L_three", "[A, B, C]", "label set 'L_three' has 3 labels but cmmlu/anatomy/test/"),
+    ("L_26", "[" + ", ".join("ABCDEFGHIJKLMNOPQRSTUVWXYZ") + "]", "label set 'L_26' has 26 labels but"),
+    ("'L/slash'", "[A, B, C, D]", "label set name 'L/slash' cannot name a record shard"),
+])
+def test_a_label_set_that_cannot_fit_fails_before_any_model_loads(tmp_path, monkeypatch, capsys, name, labels, needle):
+    """Issue 22 §2: a user's label set (config/label_sets.yaml) of the wrong size or with a '/' in its
+    name failed after the model loaded, and its cell stayed recorded in the manifest without records."""
+    import shutil
+
+    config = tmp_path / "config"
+    shutil.copytree(REPO_ROOT / "config", config)
+    with open(config / "label_sets.yaml", "a", encoding="utf-8") as fh:
+        fh.write(f"{name}: {labels}\n")
+    monkeypatch.setenv("CUBE_CONFIG_DIR", str(config))
+    _no_model_loads(monkeypatch)
+    out = tmp_path / "out"
+    argv = ["run", "--model", "smollm2-135m-instruct", "--subjects", "anatomy", "--sample", "1",
+            "--label-sets", name.strip("'"), "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("cube: error: ") and needle in err[0], err
+    assert not out.exists()  # nothing written, so nothing recorded
+
+
+@pytest.mark.registry
+def test_a_second_run_on_one_store_refuses_naming_the_first_ones_pid(tmp_path):
+    """Issue 22: two processes on one --out interleaved their writes (both rc 0, the store then
+    failing its own check), and the second one's start-up cleanup deleted the first one's temp
+    file in flight. Two real `cube run` processes: the first is held (SIGSTOP) once it has taken
+    the store's writer lock, so the second meets the lock however fast either machine is."""
+    import os
+    import signal
+
+    pytest.importorskip("torch")
+    from cube.records.store import read_records
+
+    out = tmp_path / "records"
+    argv = [sys.executable, "-m", "cube", "run", "--model", "smollm2-135m-instruct", "--subjects", "anatomy,virology",
+            "--sample", "2", "--label-sets", "L1_halfwidth", "--scorers", "M1-seq", "--out", str(out)]
+    first = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=REPO_ROOT)
+    try:
+        seen = []
+        while not any("shards to run" in line for line in seen):
+            line = first.stderr.readline()
+            assert line, f"the first run ended early: {seen}"
+            seen.append(line)
+        os.kill(first.pid, signal.SIGSTOP)  # holds the lock, mid-run
+        in_flight = out / "smollm2-135m-instruct" / ".label--L1_halfwidth__zh_cue__0shot__original--00000.parquet.x1.tmp"
+        in_flight.parent.mkdir(parents=True, exist_ok=True)
+        in_flight.write_bytes(b"half a shard")  # what the first run's write would leave in flight
+        second = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+        err = second.stderr.strip().splitlines()
+        assert second.returncode == 2 and len(err) == 1, second.stderr
+        assert err[0].startswith("cube: error: ") and f"another process (pid {first.pid}) is writing" in err[0]
+        assert in_flight.exists()  # the refused run touched nothing
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    _, rest = first.communicate(timeout=600)
+    assert first.returncode == 0, rest
+    assert read_records(out).num_rows == 2
+
+
+# issue 23 §2: on a machine without CMMLU, every one of these answered "benchmark data not found";
+# the user fixed the data only to learn that the command was wrong
+@pytest.mark.parametrize("argv, needle", [
+    (["--model", "nope"], "unknown model 'nope'"),
+    (["--shard", "3/2"], "--shard 3/2: need 0 <= K < N"),
+    (["--scorers", "M9"], "unknown scorer 'M9'"),
+    (["--sample", "0"], "--sample 0 must be at least 1"),
+    (["--sample", "5", "--within", "4"], "--within 4 needs a --sample of at most 4"),
+    (["--cues", "nope"], "unknown answer context 'nope'"),
+    (["--label-sets", "L9"], "unknown label set 'L9'"),
+    (["--orders", "sideways"], "cell order 'sideways'"),
+    (["--device", "bogus"], "--device 'bogus'"),
+])
+def test_without_benchmark_data_a_bad_argument_is_named_before_the_data(tmp_path, monkeypatch, capsys, argv, needle):
+    _no_model_loads(monkeypatch)
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("CUBE_BENCHMARKS", str(tmp_path / "empty"))  # holds no cmmlu/: the lookup misses
+    base = {"--model": "smollm2-135m-instruct", "--sample": "1", "--out": str(tmp_path / "out")}
+    base.update(dict(zip(argv[::2], argv[1::2])))
+    assert main(["run", *[x for pair in base.items() for x in pair]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("cube: error: ") and needle in err[0], err
+    assert not (tmp_path / "out").exists()
+    # and a right command still says, last, that the data is missing and how to get it
+    assert main(["run", "--model", "smollm2-135m-instruct", "--sample", "1", "--out", str(tmp_path / "out")]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "cmmlu: benchmark data not found" in last and "cube data fetch cmmlu" in last

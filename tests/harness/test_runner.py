@@ -300,3 +300,120 @@ def test_shards_deleted_with_their_manifest_entries_are_reported(tmp_path, items
     with pytest.raises(RecordsError, match=r"cells incomplete: tiny/label--L1_halfwidth__zh_cue__0shot__original "
                                            r"\(1 of 2 shards gone"):
         read_records(tmp_path)
+
+
+# --- issue 22: a resume re-checks what it skips; a failed start records nothing ----------------
+
+
+def _rewrite_manifest(out, name, **entry):
+    import json
+
+    from cube.records.store import MANIFEST_NAME
+
+    manifest = json.loads((out / MANIFEST_NAME).read_text())
+    manifest["files"][name].update(entry)
+    (out / MANIFEST_NAME).write_text(json.dumps(manifest))
+
+
+def test_a_resume_reruns_a_truncated_or_edited_shard(tmp_path, items, tiny_qwen3, qwen3_tokenizer):
+    """Issue 22: a truncated shard whose manifest sha256 was updated, and a shard edited after
+    writing, were both 'done' on resume ("0 shards to run") while every reader refused them."""
+    from cube.checksums import sha256_file
+    from cube.harness.runner import resume_plan
+    from cube.records.store import read_records
+
+    spec = label_only(items)
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    reference = read_records(tmp_path).sort_by("uid")
+    first, second = (f"tiny/{job.filename}" for job in plan_jobs(spec))
+    reference_sha = sha256_file(tmp_path / first)
+    assert resume_plan(spec, tmp_path).todo == []
+
+    data = (tmp_path / first).read_bytes()
+    (tmp_path / first).write_bytes(data[: len(data) // 2])  # truncated, and the manifest made to agree
+    _rewrite_manifest(tmp_path, first, sha256=sha256_file(tmp_path / first))
+    fewer = pq.read_table(tmp_path / second).slice(0, 1)  # a valid shard with fewer rows, manifest agreeing
+    pq.write_table(fewer, tmp_path / second)
+    _rewrite_manifest(tmp_path, second, sha256=sha256_file(tmp_path / second), rows=1)
+    plan = resume_plan(spec, tmp_path)
+    assert [f"tiny/{job.filename}" for job in plan.todo] == [first, second] and plan.done == 0
+    assert plan.broken == [f"{tmp_path / first}: not a readable Parquet file; running it again",
+                           f"{tmp_path / second}: 1 rows where its cell promises 2; running it again"]
+    log = run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    assert log["jobs_run"] == 2
+    assert read_records(tmp_path).sort_by("uid").equals(reference)
+
+    (tmp_path / first).write_bytes((tmp_path / first).read_bytes() + b"x")  # edited, manifest not
+    broken = resume_plan(spec, tmp_path).broken
+    assert broken == [f"{tmp_path / first}: sha256 {sha256_file(tmp_path / first)[:12]}... does not match the "
+                      f"manifest's {reference_sha[:12]}...; running it again"]
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)
+    assert read_records(tmp_path).sort_by("uid").equals(reference)
+
+
+def test_a_run_that_fails_before_its_first_shard_records_no_cell(tmp_path, items, tiny_qwen3, qwen3_tokenizer):
+    """Issue 22: a cell was recorded at start, so a failed start bound the store to a configuration
+    no record was ever written under; the corrected run was refused (labels "67bd..." -> "5574...")."""
+    import json
+    from dataclasses import replace
+
+    from cube.errors import ResumeMismatch
+    from cube.harness.runner import cell_configs
+    from cube.records.store import MANIFEST_NAME, read_manifest, read_records
+
+    class Dies(Exception):
+        pass
+
+    dying = backend(tiny_qwen3, qwen3_tokenizer)
+
+    def die(requests, batch_size=16):
+        raise Dies()
+
+    dying.score = die
+    spec = label_only(items)
+    with pytest.raises(Dies):
+        run(dying, spec, tmp_path, progress=False)
+    assert read_manifest(tmp_path).get("cells", {}) == {} and read_manifest(tmp_path)["files"] == {}
+
+    # what today's main left: the cell recorded, without records, under other labels
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    stale = {key: {**config, "labels": "0" * 16} for key, config in cell_configs(spec).items()}
+    manifest["cells"] = stale
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)  # not refused: nothing bound it
+    assert read_manifest(tmp_path)["cells"] == cell_configs(spec)
+    assert read_records(tmp_path).num_rows == len(items)
+    with pytest.raises(ResumeMismatch, match="seed 0 -> 1"):
+        pending_jobs(replace(spec, extra={**spec.extra, "seed": 1}), tmp_path)  # now records bind it
+
+
+def test_bad_cells_fail_before_the_backend_is_touched(tmp_path, items):
+    """Issue 22 §2: each failed only after the model loaded (the backend here is None)."""
+    import re
+    from dataclasses import replace
+
+    from cube.errors import ItemsError
+    from cube.protocol.label_sets import LabelSet
+    from cube.records.store import MANIFEST_NAME
+
+    spec = label_only(items)
+    sets = load_label_sets()
+    cases = [
+        (replace(spec, cells=(Cell(sets["L1_halfwidth"], "zh_cue", 6),)), ItemsError, "needs 6 dev items"),
+        (replace(spec, cells=(Cell(sets["L1_halfwidth"], "zh_cue", 0, "shift4"),)), ConfigError,
+         "option order 'shift4' is not 'original' or shift1..shift3"),
+        (replace(spec, cells=(Cell(LabelSet("three", ("A", "B", "C")), "zh_cue", 0),)), ConfigError,
+         "label set 'three' has 3 labels but"),
+        (replace(spec, cells=(Cell(LabelSet("az", tuple("ABCDEFGHIJKLMNOPQRSTUVWXYZ")), "zh_cue", 0),)),
+         ConfigError, "label set 'az' has 26 labels but"),
+        (replace(spec, cells=(Cell(LabelSet("a/b", ("A", "B", "C", "D")), "zh_cue", 0),)), ConfigError,
+         "label set name 'a/b' cannot name a record shard"),
+        (replace(spec, cells=(Cell(LabelSet("a|b", ("A", "B", "C", "D")), "zh_cue", 0),)), ConfigError,
+         "label set name 'a|b'"),
+        (replace(spec, items=(replace(items[0], answer=None),)), ConfigError, "has no answer"),
+    ]
+    for bad, error, needle in cases:
+        with pytest.raises(error, match=re.escape(needle)) as caught:
+            run(None, bad, tmp_path, progress=False)
+        assert "\n" not in str(caught.value)
+        assert not (tmp_path / MANIFEST_NAME).exists()  # nothing recorded

@@ -402,3 +402,87 @@ def test_tied_scores_and_generations_keep_their_own_rules(tmp_path):
                       pred=2, probs=[0.0, 0.0, 1.0, 0.0], generation="y")
     write_records(tmp_path, table([tie, parse_fail, answered]))
     assert read_records(tmp_path).num_rows == 3
+
+
+# --- issue 22: what a harness cell promises, and a store that falls short of it -----------------
+
+
+def _harness_store(folder, n_items: int = 30, shard_size: int = 5, chunks=range(2)):
+    """A harness store holding ``chunks`` of one label cell (M1-seq, M1-strict) of ``n_items`` invented
+    items, written as the runner writes them: each shard with its cell's configuration."""
+    from cube.harness.runner import RunSpec, cell_configs, plan_jobs, write_job_shard
+    from cube.protocol.items import Item
+    from cube.protocol.label_sets import LabelSet
+    from cube.protocol.prompts import Cell
+
+    items = tuple(Item("cmmlu", "agronomy", "test", i, f"虚构问题{i}", ("甲", "乙", "丙", "丁"), i % 4)
+                  for i in range(n_items))
+    spec = RunSpec(model="m1", items=items, cells=(Cell(LabelSet("L1", ("A", "B", "C", "D")), "zh_cue", 0),),
+                   scorers=("M1-seq", "M1-strict"), shard_size=shard_size)
+    configs = cell_configs(spec)
+    for job in plan_jobs(spec):
+        if job.chunk in chunks:
+            rows = [record(model="m1", uid=it.uid, qhash=it.qhash, scorer=s, label_set="L1", gold=it.answer,
+                           pred=it.answer, scores=scores_for(it.answer))
+                    for it in job.items for s in ("M1-seq", "M1-strict")]
+            write_job_shard(folder, "m1", job, rows, configs[f"m1/{job.cell_name}"])
+    return spec
+
+
+CELL = "m1/label--L1__zh_cue__0shot__original"
+
+
+def test_a_store_short_of_its_cells_promise_is_refused_unless_allowed(tmp_path, monkeypatch):
+    from cube.records.store import unfinished_cells
+
+    _harness_store(tmp_path)
+    assert unfinished_cells(read_manifest(tmp_path)) == [
+        f"{CELL}: 2 of 6 shards, 10 of 30 items (missing e.g. {CELL}--00002.parquet)"]
+    with pytest.raises(RecordsError, match=rf"incomplete store: {CELL}: 2 of 6 shards, 10 of 30 items") as caught:
+        read_records(tmp_path)
+    assert "\n" not in str(caught.value) and "--allow-incomplete" in str(caught.value)
+    assert read_records(tmp_path, allow_incomplete=True).num_rows == 20
+    monkeypatch.setenv("CUBE_ALLOW_INCOMPLETE", "1")  # how `cube book execute --allow-incomplete` reaches notebooks
+    assert read_records(tmp_path).num_rows == 20
+    monkeypatch.delenv("CUBE_ALLOW_INCOMPLETE")
+    _harness_store(tmp_path, chunks=range(2, 6))  # the resumed run finishes the cell
+    assert unfinished_cells(read_manifest(tmp_path)) == []
+    assert read_records(tmp_path).num_rows == 60
+
+
+def test_rows_are_checked_against_the_manifest_and_the_cells_promise(tmp_path):
+    from cube.records.store import unfinished_cells
+
+    _harness_store(tmp_path, n_items=7, shard_size=5, chunks=range(2))  # shards of 5 and 2 items
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    assert [manifest["files"][f"{CELL}--0000{i}.parquet"]["rows"] for i in (0, 1)] == [10, 4]
+    assert read_records(tmp_path).num_rows == 14
+    # a manifest that lists other rows than the file holds: changed after writing
+    manifest["files"][f"{CELL}--00001.parquet"]["rows"] = 2
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
+    assert unfinished_cells(read_manifest(tmp_path)) == [f"{CELL}: {CELL}--00001.parquet lists 2 rows where "
+                                                          "the cell promises 4"]
+    with pytest.raises(RecordsError, match=r"00001.parquet: 4 rows where MANIFEST.json lists 2"):
+        read_records(tmp_path, allow_incomplete=True)
+
+
+def test_promised_shards_are_the_runners_plan():
+    """The store's promise and the runner's plan are two readings of one configuration: they agree."""
+    from dataclasses import replace
+
+    from cube.harness.runner import cell_configs, plan_jobs
+    from cube.records.store import promised_shards
+
+    for n_items, size in ((30, 5), (7, 5), (1, 50), (134, 50)):
+        base = _harness_store(None, n_items=n_items, shard_size=size, chunks=())  # writes nothing
+        for scorers in (("M1-seq",), ("M1-seq", "M1-strict", "M2", "M5", "M6", "M6-cot", "TF")):
+            spec = replace(base, scorers=scorers)
+            per_scorer = {"label": sum(s in scorers for s in ("M1-seq", "M1-strict")),
+                          "cloze": sum(s in scorers for s in ("M2", "M3", "M4", "M5")), "gen": 2, "cot": 2, "tf": 1}
+            planned = {}
+            for job in plan_jobs(spec):
+                planned.setdefault(f"m1/{job.cell_name}", {})[f"m1/{job.filename}"] = len(job.items) * per_scorer[job.kind]
+            configs = cell_configs(spec)
+            assert set(configs) == set(planned)
+            for cell, config in configs.items():
+                assert promised_shards(cell, config) == planned[cell]
