@@ -368,6 +368,16 @@ def verdict_summary(rows: Sequence[Row]) -> str:
     return text
 
 
+def not_reproduced_text(rows: Sequence[Row]) -> str:
+    """The tested rows that did not reproduce, grouped by verdict, for the abstract."""
+    parts = []
+    for head in (CONTRADICTED, NO_POWER, NOT_HERE):
+        names = [r.paper.result for r in rows if verdict_head(r.verdict) == head]
+        if names:
+            parts.append(f"{head} ({len(names)}): " + "; ".join(names))
+    return ". ".join(parts) or "none"
+
+
 # ---- the builders: one per result ---------------------------------------------------------------
 
 def _plural(n: int, word: str) -> str:

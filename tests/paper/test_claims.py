@@ -366,3 +366,12 @@ def test_leakage_reads_claim_5s_values_and_says_when_it_did_not_run():
     skipped = P.leakage_row({"leak_hits": "not run here (no benchmark items)"}, 4)
     assert skipped.holds is None and "benchmark items" in skipped.why
     assert P.leakage_row(None, 4).holds is None
+
+
+def test_the_abstracts_list_of_what_did_not_reproduce_groups_by_verdict():
+    r = PAPER.result("whitespace_rank")
+    rows = [P.Row(r, P.Reproduction("v", P.Scale(), None, "x"), "not reproducible here (x)"),
+            P.Row(r, P.Reproduction("v", P.Scale(), None, "y", no_power=True), "no power at this scale (y)"),
+            P.Row(r, P.Reproduction("v", P.Scale(), True), "reproduced")]
+    assert P.not_reproduced_text(rows) == (f"no power at this scale (1): {r.result}. "
+                                           f"not reproducible here (1): {r.result}")
