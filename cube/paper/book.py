@@ -313,6 +313,48 @@ def skipped_notebook(nb, run: NotebookRun, reason: str):
     return out
 
 
+_KERNEL_MANAGER: type | None = None
+
+
+def quiet_kernel_manager() -> type:
+    """The kernel manager the book's own executions use: the same kernel, without two lines of
+    noise per notebook that a newcomer reads as failure.
+
+    - ``Kernel is running over TCP without encryption`` (a WARNING per kernel): the kernel talks
+      to this process over Unix sockets (IPC) in the temp folder instead of localhost TCP, so the
+      warning's cause is gone, not the warning hidden; nothing is listening on a port either.
+    - ``KeyboardInterrupt caught in kernel`` (an ERROR on a run that succeeded): jupyter_client
+      sends SIGINT before every shutdown, even to an idle kernel. This manager skips that interrupt
+      while shutting down; a kernel that does not answer the shutdown request is still killed, and
+      an interrupt on a cell timeout is untouched.
+
+    A notebook's own errors are not the kernel's log: papermill re-raises them, and a dead kernel
+    is nbclient's DeadKernelError, so both stay as loud as before.
+    """
+    global _KERNEL_MANAGER
+    if _KERNEL_MANAGER is None:
+        import uuid
+
+        from jupyter_client.manager import AsyncKernelManager
+        from traitlets import default
+
+        class QuietKernelManager(AsyncKernelManager):
+            @default("transport")
+            def _ipc_transport(self) -> str:
+                return "ipc"
+
+            @default("ip")
+            def _socket_prefix(self) -> str:  # jupyter_client's default is relative to the cwd (the repository)
+                return os.path.join(tempfile.gettempdir(), f"cube-kernel-{uuid.uuid4().hex[:12]}")
+
+            async def _async_interrupt_kernel(self) -> None:
+                if not self.shutting_down:
+                    await super()._async_interrupt_kernel()
+
+        _KERNEL_MANAGER = QuietKernelManager
+    return _KERNEL_MANAGER
+
+
 def execute_notebook(run: NotebookRun, out_dir: str | Path = EXECUTED_DIR) -> Path:
     """Convert, execute with papermill, and publish ``<out_dir>/<name>.ipynb`` atomically.
 
@@ -341,6 +383,7 @@ def execute_notebook(run: NotebookRun, out_dir: str | Path = EXECUTED_DIR) -> Pa
             papermill.execute_notebook(
                 str(converted), partial, parameters={}, cwd=str(REPO_ROOT),
                 kernel_name=nb.metadata["kernelspec"]["name"], progress_bar=False, log_output=False,
+                kernel_manager_class=quiet_kernel_manager(),
             )
             os.chmod(partial, 0o644)
             os.replace(partial, target)

@@ -259,6 +259,17 @@ def test_glued_values_read_back_what_a_notebook_glued(tmp_path, invented):
         book.glued_values(tmp_path / "none.ipynb")
 
 
+def test_a_clean_execution_prints_no_kernel_warning_or_error_and_a_failure_stays_loud(tmp_path, invented, capfd):
+    """Issue 23 §3: make paper printed the kernel's TCP-encryption WARNING per notebook and an ERROR
+    (KeyboardInterrupt caught in kernel: the SIGINT sent before each shutdown), on runs that succeeded."""
+    execute_notebook(NotebookRun("inv", invented), tmp_path / "out")
+    err = capfd.readouterr().err  # the kernel's own stderr: a subprocess writing to this fd 2
+    assert "IPKernelApp" not in err and "ERROR" not in err and "WARNING" not in err, err
+    with pytest.raises(PapermillExecutionError, match="threshold 12 is too large"):
+        execute_notebook(NotebookRun("inv", invented, {"threshold": 12}), tmp_path / "out")
+    assert "IPKernelApp" not in capfd.readouterr().err
+
+
 def test_a_failing_claim_fails_the_run_and_leaves_no_stale_output(tmp_path, invented):
     out_dir = tmp_path / "out"
     execute_notebook(NotebookRun("inv", invented), out_dir)
