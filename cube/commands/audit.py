@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.json:
         print(json.dumps(doc if (args.freeze or args.check) else
-                         {"cells": cells_to_json(cells), "skipped": skipped, "sources": sources},
+                         {"cells": cells_to_json(cells, readable=True), "skipped": skipped, "sources": sources},
                          ensure_ascii=False, indent=1))
     elif not args.check:
         print(format_table(cells, details=not args.brief), end="")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -41,8 +42,81 @@ class Context:
 class LabelTokens:
     label: str
     ids: tuple[int, ...]
-    tokens: tuple[str, ...]
+    tokens: tuple[str, ...]  # the vocabulary's own strings: byte-level BPE writes E2 91 as 'âĳ'
     boundary_merge: bool
+    raw: tuple[bytes, ...] = ()  # the bytes each token stands for (token_bytes), where known
+
+    @property
+    def shown(self) -> tuple[str, ...]:
+        """Each token as a person reads it (``shown_token``); the vocabulary's strings where the
+        bytes are not known."""
+        if len(self.raw) != len(self.ids):
+            return tuple(repr(t) for t in self.tokens)
+        return tuple(shown_token(b) for b in self.raw)
+
+
+# ---- tokens a person can read --------------------------------------------------------------------
+# A byte-level BPE vocabulary spells each byte as one printable character (GPT-2's table), so the
+# four circled labels print as 'âĳ', 'ł' / 'âĳ', '¡' ...: nobody can see that they share the bytes
+# E2 91 and differ only in the last one. The audit shows each token's bytes instead: as the text
+# they decode to where they are whole UTF-8, in hex where they are not.
+
+_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def _decoders(tokenizer: Encoder) -> list[dict]:
+    """The tokenizer's decoder steps (its JSON), flattened; [] where it has none or is not a
+    ``tokenizers.Tokenizer``."""
+    decoder = getattr(tokenizer, "decoder", None)
+    if decoder is None:
+        return []
+    try:
+        spec = json.loads(decoder.__getstate__())
+    except (AttributeError, TypeError, ValueError):
+        return []
+    return list(spec.get("decoders") or []) if spec.get("type") == "Sequence" else [spec]
+
+
+def token_bytes(tokenizer: Encoder, ids: tuple[int, ...]) -> tuple[bytes, ...]:
+    """The bytes each token of ``ids`` stands for, read from the vocabulary string the way the
+    tokenizer's own decoder reads it: byte-level characters back to their bytes, ``<0xNN>``
+    byte-fallback tokens to that byte, ``▁`` (or any other Replace step) to what it replaces.
+
+    Not ``decode([id])``: a token that holds part of a character decodes to U+FFFD, which is the
+    very information the audit must show.
+    """
+    from cube.tokenizers.build import byte_to_unicode
+
+    steps = _decoders(tokenizer)
+    kinds = {step.get("type") for step in steps}
+    replaces = [(step["pattern"]["String"], step["content"]) for step in steps
+                if step.get("type") == "Replace" and isinstance(step.get("pattern"), dict)
+                and "String" in step["pattern"]]
+    byte_of = {ch: b for b, ch in byte_to_unicode().items()} if "ByteLevel" in kinds else {}
+    out = []
+    for token_id in ids:
+        piece = tokenizer.id_to_token(token_id)
+        if piece is None:
+            raise ConfigError(f"token id {token_id} is not in the tokenizer's vocabulary")
+        if byte_of and all(ch in byte_of for ch in piece):
+            out.append(bytes(byte_of[ch] for ch in piece))
+            continue
+        if "ByteFallback" in kinds and (m := _BYTE_FALLBACK.fullmatch(piece)):
+            out.append(bytes([int(m[1], 16)]))
+            continue
+        for pattern, content in replaces:
+            piece = piece.replace(pattern, content)
+        out.append(piece.encode("utf-8"))  # an added token, or a vocabulary written as text
+    return tuple(out)
+
+
+def shown_token(raw: bytes) -> str:
+    """One token for a reader: its text, quoted so that spaces and newlines show (``' A'``,
+    ``'\\n'``), where its bytes are whole UTF-8; else the bytes in hex, ``<E2 91>``."""
+    try:
+        return repr(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "<" + " ".join(f"{b:02X}" for b in raw) + ">"
 
 
 @dataclass(frozen=True)
@@ -110,7 +184,7 @@ def audit_cell(tokenizer: Encoder, family: str, label_set: LabelSet, context: Co
         if not ids:
             raise ConfigError(f"{family}: label {label!r} adds no tokens after the prompt")
         tokens = tuple(tokenizer.id_to_token(i) for i in ids)
-        labels.append(LabelTokens(label, ids, tokens, tic.boundary_merge))
+        labels.append(LabelTokens(label, ids, tokens, tic.boundary_merge, token_bytes(tokenizer, ids)))
     groups = first_token_collisions([lt.ids[0] for lt in labels], label_set.labels)
     if groups:
         verdict = "DEGEN"
@@ -148,20 +222,30 @@ def format_table(cells: list[CellAudit], details: bool = True) -> str:
         if details:
             for c in block:
                 what = f"DEGEN ({c.collision}: {' | '.join('='.join(g) for g in c.collision_groups)})" if c.degenerate else c.verdict
-                toks = "; ".join(f"{lt.label} -> {list(lt.ids)} {list(lt.tokens)}" for lt in c.labels)
+                toks = "; ".join(f"{lt.label} -> {list(lt.ids)} [{', '.join(lt.shown)}]" for lt in c.labels)
                 lines.append(f"  {c.family:<16} {c.label_set:<14} {what}: {toks}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
 
-def cells_to_json(cells: list[CellAudit]) -> list[dict]:
+def cells_to_json(cells: list[CellAudit], readable: bool = False) -> list[dict]:
+    """Cells as JSON. The frozen prediction's form by default: ids and the vocabulary's strings
+    (what was pre-registered and is compared; its hash covers exactly these fields).
+    ``readable`` adds, per label, each token's bytes in hex (``"E2 91"``) and what the table
+    shows (``"<E2 91>"``, ``"'①'"``), for a reader of ``cube audit --json``."""
     out = []
     for c in cells:
         d = asdict(c)
         d["collision_groups"] = [list(g) for g in c.collision_groups]
         d["boundary_merge"] = list(c.boundary_merge)
-        d["labels"] = [{"label": lt.label, "ids": list(lt.ids), "tokens": list(lt.tokens),
-                        "boundary_merge": lt.boundary_merge} for lt in c.labels]
+        d["labels"] = []
+        for lt in c.labels:
+            label = {"label": lt.label, "ids": list(lt.ids), "tokens": list(lt.tokens),
+                     "boundary_merge": lt.boundary_merge}
+            if readable:
+                label["bytes"] = [b.hex(" ").upper() for b in lt.raw]
+                label["shown"] = list(lt.shown)
+            d["labels"].append(label)
         out.append(d)
     return out
 

@@ -9,6 +9,7 @@ from cube.tokenizers.audit import (
     audit_cell,
     diff_predictions,
     first_token_collisions,
+    format_table,
     load_contexts,
     prediction_document,
     read_prediction,
@@ -152,3 +153,46 @@ def test_diff_names_the_changed_cell():
                             merges=[("X", "A"), ("X", "B"), ("X", "C"), ("X", "D")]))
     diffs = diff_predictions(degen, defined)
     assert len(diffs) == 1 and "synthetic/abcd/cue" in diffs[0] and "frozen DEGEN, now max1tok" in diffs[0]
+
+
+# ---- tokens a person can read (issue 23 §4) ------------------------------------------------------
+
+CIRCLED_LAST_BYTES = ("A0", "A1", "A2", "A3")  # ①..④ are E2 91 A0 .. E2 91 A3 in UTF-8
+
+
+def test_circled_labels_show_the_bytes_they_share_for_qwen25_and_smollm2(real_cells):
+    """Byte-level BPE printed ① as ['âĳ', 'ł']: nobody could see the shared E2 91."""
+    qwen = real_cells[("qwen2.5", "L4_circled", "zh_cue")]
+    assert [lt.tokens for lt in qwen.labels][0] == ("âĳ", "ł")  # the vocabulary's own strings, kept
+    assert [lt.shown for lt in qwen.labels] == [("<E2 91>", f"<{b}>") for b in CIRCLED_LAST_BYTES]
+    smollm = real_cells[("smollm2", "L4_circled", "zh_cue")]
+    assert [lt.shown for lt in smollm.labels] == [("<E2>", "<91>", f"<{b}>") for b in CIRCLED_LAST_BYTES]
+    table = format_table([qwen, smollm])
+    assert "① -> [48312, 254] [<E2 91>, <A0>]; ② -> [48312, 94] [<E2 91>, <A1>]" in table
+    assert "④ -> [173, 235, 113] [<E2>, <91>, <A3>]" in table
+    assert "âĳ" not in table
+    # whole characters are shown as text, quoted so that a space shows
+    assert [lt.shown for lt in real_cells[("gemma3", "L4_circled", "zh_cue")].labels] == [
+        ("'①'",), ("'②'",), ("'③'",), ("'④'",)]
+    assert real_cells[("qwen2.5", "L1_halfwidth", "en_label_space")].labels[0].shown == ("' A'",)
+
+
+def test_every_label_reads_back_as_its_own_text(real_cells):
+    """The bytes shown are the label's own: joined, every label without a boundary merge is its
+    answer context's prefix plus the label, for every family (byte-level, byte-fallback, ▁)."""
+    prefix = {c.name: c.label_prefix for c in load_contexts()}
+    for (family, _, context), c in real_cells.items():
+        for lt in c.labels:
+            if not lt.boundary_merge:
+                assert b"".join(lt.raw).decode("utf-8") == prefix[context] + lt.label, (family, context, lt)
+
+
+def test_audit_json_keeps_the_raw_strings_and_adds_the_bytes(capsys):
+    from cube.cli import main
+
+    assert main(["audit", "--families", "qwen2.5,smollm2", "--label-sets", "L4_circled", "--contexts", "zh_cue",
+                 "--json"]) == 0
+    cells = {c["family"]: c for c in json.loads(capsys.readouterr().out)["cells"]}
+    first = cells["qwen2.5"]["labels"][0]
+    assert first["tokens"] == ["âĳ", "ł"] and first["bytes"] == ["E2 91", "A0"] and first["shown"] == ["<E2 91>", "<A0>"]
+    assert [lt["bytes"] for lt in cells["smollm2"]["labels"]][3] == ["E2", "91", "A3"]
