@@ -19,6 +19,9 @@ from cube.atomic import atomic_write_text
 
 BUNDLE_NAME = "vega-bundle.js"
 CHART_CLASS = "cube-chart"
+# a chart as wide as the page's column (width "container"): its div must be a full-width block,
+# not vega-embed's inline-block, which would shrink it to nothing (book/static/cube.css)
+FLUID_CLASS = "cube-chart-fluid"
 # SVG so that a test (and a reader's "save as") sees real vector output; no "open in editor"
 # action, which would link to an external site.
 EMBED_OPTIONS = {
@@ -57,8 +60,9 @@ def chart_html(chart: Any) -> str:
     spec = chart_spec(chart)
     div = chart_id(spec)
     options = json.dumps(EMBED_OPTIONS, sort_keys=True, separators=(",", ":"))
+    classes = CHART_CLASS + (f" {FLUID_CLASS}" if spec.get("width") == "container" else "")
     return (
-        f'<div id="{div}" class="{CHART_CLASS}"></div>\n'
+        f'<div id="{div}" class="{classes}"></div>\n'
         '<script type="text/javascript">\n'
         "(function () {\n"
         f"  var spec = {spec_json(spec)};\n"

@@ -33,6 +33,12 @@ TOOLTIP_FIELDS = ["family:N", "label set:N", "context:N", "verdict:N", "ties:N",
 FLOOR_DASH = {"floor": [6, 4], "observed": [1, 0]}
 
 
+def _title(text: str | Sequence[str]) -> alt.TitleParams:
+    """A chart's title, flush left with the whole chart (axis labels included), not centred over
+    the plot: centred, a title wider than a narrow plot ran off both sides on a phone."""
+    return alt.TitleParams(text=text if isinstance(text, str) else list(text), anchor="start", frame="bounds")
+
+
 def cell_status(cell: CellAudit) -> str:
     if cell.degenerate:
         return "DEGEN: all labels tie" if cell.collision == "full" else "DEGEN: some labels tie"
@@ -43,7 +49,8 @@ def _label_ids_text(cell: CellAudit) -> str:
     return "  ".join(f"{lt.label}→{list(lt.ids)}" for lt in cell.labels)
 
 
-def degeneracy_heatmap(cells: Sequence[CellAudit]) -> alt.FacetChart:
+def degeneracy_heatmap(cells: Sequence[CellAudit],
+                       title: str = "First-token scoring: tokenizer family × label set") -> alt.FacetChart:
     """The degeneracy matrix: family × label set, one panel per answer context.
 
     The cell text is the verdict; the tooltip holds every label's token ids, so a reader can see
@@ -81,12 +88,14 @@ def degeneracy_heatmap(cells: Sequence[CellAudit]) -> alt.FacetChart:
     text = alt.Chart().mark_text(fontSize=10).encode(x=x, y=y, text="verdict:N", tooltip=TOOLTIP_FIELDS)
     return (
         alt.layer(rect, text, data=alt.Data(values=records))
-        .properties(width=58 * len(label_sets), height=24 * len(families))
+        .properties(width=50 * len(label_sets), height=24 * len(families))
         .facet(facet=alt.Facet("context:N", sort=contexts, title="answer context"), columns=2)
+        .properties(title=_title(title))
     )
 
 
-def credit_ladder_chart(schemes: Sequence[CreditScheme]) -> alt.LayerChart:
+def credit_ladder_chart(schemes: Sequence[CreditScheme],
+                        title: str = "Credit per group of statements, and a guesser's odds") -> alt.LayerChart:
     """Credit paid for j of k statements right under each scheme, with the guesser's odds.
 
     The bars are P(j right) for a uniform guesser: the expected score is the bars weighted by
@@ -113,7 +122,7 @@ def credit_ladder_chart(schemes: Sequence[CreditScheme]) -> alt.LayerChart:
         color=alt.Color("scheme:N", sort=[s.name for s in schemes]),
         tooltip=["scheme:N", "statements right:O", "credit:Q"],
     )
-    return alt.layer(prob, credit).resolve_scale(y="independent").properties(width=320, height=220)
+    return alt.layer(prob, credit).resolve_scale(y="independent").properties(width="container", height=220, title=_title(title))
 
 
 def _cell_title(row: Mapping[str, Any]) -> str:
@@ -127,13 +136,18 @@ def _cell_title(row: Mapping[str, Any]) -> str:
 
 
 def scorer_accuracy_chart(
-    rows: Sequence[Mapping[str, Any]], chance: float | None = None
-) -> alt.FacetChart:
-    """Accuracy with its 95% interval per scorer, one panel per protocol cell.
+    rows: Sequence[Mapping[str, Any]], chance: float | None = None,
+    title: str = "Accuracy by scorer in each flagged cell",
+) -> alt.LayerChart:
+    """Accuracy with its 95% interval per scorer, one group of bars per protocol cell.
 
     ``rows`` are rescoring rows (``cube.analysis.rescore.RESULT_COLUMNS``: model, label_set, context,
     shots, order, scorer, accuracy, ci_lo, ci_hi, n). In a flagged cell the first-token bar
     is the tie-break's accuracy, so the chance line (``chance``, e.g. 1/4) is where it should sit.
+
+    The bars run sideways, one row per cell (its title broken at each " · "), and the chart is as
+    wide as the page's column: side by side, the cells' panels were wider than the column and
+    their scorer names ran together.
     """
     records = [
         {
@@ -148,32 +162,36 @@ def scorer_accuracy_chart(
     ]
     cells = list(dict.fromkeys(r["cell"] for r in records))
     scorers = sorted({r["scorer"] for r in records})
-    x = alt.X("scorer:N", sort=scorers, title=None, axis=alt.Axis(labelAngle=0))
-    y = alt.Y("accuracy:Q", title="accuracy (95% interval)", scale=alt.Scale(domain=[0, 1]))
+    y = alt.Y("cell:N", sort=cells, title=None,
+              axis=alt.Axis(labelExpr="split(datum.label, ' · ')", labelLimit=220, labelPadding=4))
+    offset = alt.YOffset("scorer:N", sort=scorers)
+    x = alt.X("accuracy:Q", title="accuracy (95% interval)", scale=alt.Scale(domain=[0, 1]))
     bars = alt.Chart().mark_bar().encode(
-        x=x, y=y,
-        color=alt.Color("scorer:N", sort=scorers, legend=None),
+        y=y, yOffset=offset, x=x,
+        color=alt.Color("scorer:N", sort=scorers, legend=alt.Legend(title="scorer", orient="top")),
         tooltip=["cell:N", "scorer:N", alt.Tooltip("accuracy:Q", format=".3f"),
                  alt.Tooltip("ci_lo:Q", format=".3f"), alt.Tooltip("ci_hi:Q", format=".3f"), "n:Q"],
     )
-    whiskers = alt.Chart().mark_rule(color="black").encode(x=x, y="ci_lo:Q", y2="ci_hi:Q")
+    whiskers = alt.Chart().mark_rule(color="black").encode(y=y, yOffset=offset, x="ci_lo:Q", x2="ci_hi:Q")
     layers = [bars, whiskers]
     if chance is not None:
         layers.append(alt.Chart().mark_rule(strokeDash=[4, 3], color="grey").encode(
-            y=alt.datum(float(chance))))
-    return (
-        alt.layer(*layers, data=alt.Data(values=records))
-        .properties(width=40 * max(len(scorers), 2), height=180)
-        .facet(facet=alt.Facet("cell:N", sort=cells, title=None), columns=4)
-    )
+            x=alt.datum(float(chance))))
+    # the step is one bar's height (there is an offset channel): a cell's row holds its bars
+    return alt.layer(*layers, data=alt.Data(values=records)).properties(
+        width="container", height=alt.Step(18), title=_title(title))
 
 
-def footrule_chart(floor: NoiseFloor, observed: Mapping[str, float], bins: int = 30) -> alt.LayerChart:
+def footrule_chart(floor: NoiseFloor, observed: Mapping[str, float], bins: int = 30,
+                   title: str | None = None) -> alt.LayerChart:
     """The within-protocol noise floor (histogram) and each observed between-protocol footrule.
 
     The histogram is binned here (numpy) so the chart carries ``bins`` counts, not thousands of
     replicates, drawn up from zero; the dashed rules are the floor's mean and 95th percentile
-    (``FLOOR_DASH``), and each solid rule is one protocol change.
+    (``FLOOR_DASH``), and each solid rule is one protocol change. A footrule takes few values
+    (with 4 models, multiples of 1/8), so rules often coincide, and one of 0 lies on the axis:
+    the x axis is padded off the plot's edge, each rule carries a marker at a height of its own,
+    and the legend gives every rule's value. ``title`` defaults to the protocol changes shown.
     """
     samples = np.asarray(floor.samples, dtype=np.float64)
     top = max([float(samples.max()), *map(float, observed.values()), 1e-9])
@@ -186,25 +204,39 @@ def footrule_chart(floor: NoiseFloor, observed: Mapping[str, float], bins: int =
         {"what": "noise floor: mean", "footrule": float(floor.mean), "kind": "floor"},
         {"what": "noise floor: 95th percentile", "footrule": float(floor.p95), "kind": "floor"},
     ] + [{"what": str(name), "footrule": float(v), "kind": "observed"} for name, v in observed.items()]
-    x = alt.X("lo:Q", title="normalised footrule", scale=alt.Scale(domain=[0, top]))
+    tallest = max(int(counts.max()), 1)
+    for i, m in enumerate(marks):
+        m["legend"] = f"{m['what']}: {m['footrule']:.3f}"
+        m["marker"] = tallest * (1.0 - 0.09 * i)  # one height per rule, so coinciding rules all show
+    if title is None:
+        title = ["Footrule against the paired noise floor:", *map(str, observed)]
+    scale = alt.Scale(domain=[0, top], padding=12, nice=False, zero=False)
+    x = alt.X("lo:Q", title="normalised footrule", scale=scale)
     # y2 = 0: a bar with a ranged x is otherwise drawn as a floating tick at its count
     histogram = alt.Chart(alt.Data(values=hist)).mark_bar(color="#cccccc").encode(
         x=x, x2="hi:Q", y=alt.Y("replicates:Q", title="bootstrap replicates", scale=alt.Scale(zero=True)),
         y2=alt.datum(0),
         tooltip=[alt.Tooltip("lo:Q", format=".3f"), alt.Tooltip("hi:Q", format=".3f"), "replicates:Q"],
     )
+    colour = alt.Color("legend:N", sort=[m["legend"] for m in marks], title=None,
+                       legend=alt.Legend(orient="bottom", columns=1, labelLimit=0))
+    tooltip = ["what:N", alt.Tooltip("footrule:Q", format=".4f")]
     rules = alt.Chart(alt.Data(values=marks)).mark_rule(size=2).encode(
-        x=alt.X("footrule:Q"),
-        color=alt.Color("what:N", sort=[m["what"] for m in marks], title=None,
-                        legend=alt.Legend(orient="bottom", columns=1)),
+        x=alt.X("footrule:Q", scale=scale),
+        color=colour,
         strokeDash=alt.StrokeDash("kind:N", legend=None,
                                   scale=alt.Scale(domain=list(FLOOR_DASH), range=list(FLOOR_DASH.values()))),
-        tooltip=["what:N", alt.Tooltip("footrule:Q", format=".4f")],
+        tooltip=tooltip,
     )
-    return alt.layer(histogram, rules).properties(width=420, height=220)
+    markers = alt.Chart(alt.Data(values=marks)).mark_point(shape="diamond", filled=True, size=90, opacity=1).encode(
+        x=alt.X("footrule:Q", scale=scale), y=alt.Y("marker:Q", title="bootstrap replicates"),
+        color=colour, tooltip=tooltip,
+    )
+    return alt.layer(histogram, rules, markers).properties(width="container", height=220, title=_title(title))
 
 
-def reliability_chart(tables: Mapping[tuple[str, str], Mapping[str, np.ndarray]]) -> alt.FacetChart:
+def reliability_chart(tables: Mapping[tuple[str, str], Mapping[str, np.ndarray]],
+                      title: str = "Reliability: accuracy against confidence, per model") -> alt.FacetChart:
     """Reliability diagrams: accuracy against mean confidence per bin, one panel per model.
 
     ``tables`` maps (panel, series), e.g. (model, answer context), to a
@@ -235,6 +267,7 @@ def reliability_chart(tables: Mapping[tuple[str, str], Mapping[str, np.ndarray]]
         x=alt.datum(0), y=alt.datum(0), x2=alt.datum(1), y2=alt.datum(1))
     return (
         alt.layer(diagonal, line, points, data=alt.Data(values=records))
-        .properties(width=220, height=220)
-        .facet(facet=alt.Facet("panel:N", sort=panels, title=None), columns=3)
+        .properties(width=200, height=200)
+        .facet(facet=alt.Facet("panel:N", sort=panels, title=None), columns=2)
+        .properties(title=_title(title))
     )

@@ -6,6 +6,7 @@ from fractions import Fraction
 from math import comb
 
 import numpy as np
+import pytest
 
 from cube.analysis.credit import additive_scheme, load_named_schemes
 from cube.analysis.stats import NoiseFloor, reliability_table
@@ -101,7 +102,38 @@ def test_scorer_accuracy_chart_carries_each_rows_accuracy_and_interval():
         ("m · L2 · zh_cue", "M1-strict", 0.25, 0.2, 0.3),
         ("m · L2 · zh_cue · 5-shot · shift1", "M1-seq", 0.4, 0.35, 0.45),
     ]
-    assert spec["spec"]["layer"][2]["encoding"]["y"]["datum"] == 0.25
+    assert spec["layer"][2]["encoding"]["x"]["datum"] == 0.25
+
+
+def test_scorer_accuracy_chart_fits_the_column_with_a_legend():
+    """Figure 2 was 4 facet panels side by side: wider than the page's column, its scorer names
+    ran together ("M1-seqM1-strict") and no legend told the colours apart."""
+    rows = [{"model": f"m{i}", "label_set": "L4", "context": "zh_cue", "shots": 0, "order": "original",
+             "scorer": scorer, "accuracy": 0.3, "ci_lo": 0.2, "ci_hi": 0.4, "n": 50}
+            for i in range(5) for scorer in ("M1-seq", "M1-strict")]
+    spec = scorer_accuracy_chart(rows).to_dict()
+    assert "facet" not in spec and spec["width"] == "container"
+    bars = spec["layer"][0]["encoding"]
+    assert bars["y"]["field"] == "cell" and bars["yOffset"]["field"] == "scorer"
+    assert bars["color"]["legend"]["title"] == "scorer"
+
+
+CHARTS = {
+    "heatmap": lambda: degeneracy_heatmap(CELLS),
+    "ladder": lambda: credit_ladder_chart([load_named_schemes()["ladder"], additive_scheme(4)]),
+    "scorers": lambda: scorer_accuracy_chart([{"model": "m", "label_set": "L2", "context": "zh_cue", "shots": 0,
+                                               "order": "original", "scorer": "M1-seq", "accuracy": 0.4,
+                                               "ci_lo": 0.3, "ci_hi": 0.5, "n": 10}]),
+    "footrule": lambda: footrule_chart(NoiseFloor(0.1, 0.2, np.linspace(0, 0.3, 50)), {"strict": 0.0}),
+    "reliability": lambda: reliability_chart({("m", "a"): reliability_table(np.full((4, 4), 0.25), np.arange(4), 10)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHARTS))
+def test_every_figure_has_a_title(name):
+    """A chart without a caption (page 03's three histograms) still says what it shows."""
+    title = CHARTS[name]().to_dict().get("title", {}).get("text")
+    assert title and all(str(t).strip() for t in (title if isinstance(title, list) else [title]))
 
 
 def test_footrule_chart_bins_every_replicate_and_marks_floor_and_observations():
@@ -140,6 +172,20 @@ def test_footrule_histogram_stands_on_zero_and_only_the_floor_is_dashed():
     assert bars["encoding"]["y2"] == {"datum": 0} and bars["encoding"]["y"]["scale"]["zero"] is True
     dash = rules["encoding"]["strokeDash"]["scale"]
     assert dict(zip(dash["domain"], dash["range"])) == {"floor": [6, 4], "observed": [1, 0]}
+
+
+def test_footrule_rules_off_the_axis_and_apart():
+    """Page 03: observed footrules of 0 lay on the y axis, and equal ones hid each other."""
+    samples = np.random.default_rng(0).random(200) * 0.5
+    floor = NoiseFloor(float(samples.mean()), float(np.quantile(samples, 0.95)), samples)
+    spec = footrule_chart(floor, {"strict": 0.0, "lenient": 0.0}).to_dict()
+    rules, markers = spec["layer"][1], spec["layer"][2]
+    assert rules["encoding"]["x"]["scale"]["padding"] > 0 and rules["encoding"]["x"]["scale"]["zero"] is False
+    heights = [m["marker"] for m in markers["data"]["values"]]
+    assert len(set(heights)) == len(heights) == 4
+    legend = [m["legend"] for m in rules["data"]["values"]]
+    assert legend[2:] == ["strict: 0.000", "lenient: 0.000"]
+    assert spec["title"]["text"] == ["Footrule against the paired noise floor:", "strict", "lenient"]
 
 
 def test_heatmap_tooltip_covers_the_cell_text_too():
