@@ -285,14 +285,49 @@ def glued_values(path: str | Path) -> dict[str, str]:
 
 
 _GLUE_KEY = re.compile(r"""\bglue\(\s*["']([A-Za-z0-9_]+)["']""")
+NOT_RUN = "not run here (no benchmark items)"
+# A glued key named *_summary is the one sentence a page citing the notebook shows for it
+# (``{glue}`` directive, HTML); a skipped notebook glues the notice there instead.
+SUMMARY_SUFFIX = "_summary"
+BENCHMARK_NAMES = {"cmmlu": "CMMLU", "ceval": "C-Eval"}
+
+
+def portable(text: str) -> str:
+    """``text`` with the folders of the machine that built the book written portably: the
+    repository as ``.``, its parent as ``..``, a folder named by a cube environment variable as
+    that variable, the home folder as ``~``. A page must not show the build machine's paths."""
+    places = [(str(Path(os.environ[v])), f"${v}") for v in ("CUBE_BENCHMARKS", "CUBE_DATA", "CUBE_SHARED_BENCHMARKS",
+                                                          "CUBE_CACHE") if os.environ.get(v)]
+    places += [(str(REPO_ROOT), "."), (str(REPO_ROOT.parent), ".."),
+               (str(Path.home()), "~")]
+    for path, shown in sorted(places, key=lambda p: -len(p[0])):  # the longest (innermost) first
+        if len(path) > 1:
+            text = re.sub(re.escape(path) + r"(?=/|\b|$)", lambda _m, s=shown: s, text)
+    return text
+
+
+class NotRun:
+    """What a skipped notebook glues under each key: the words "not run here" as text (what
+    ``{glue:text}`` shows), and nothing as HTML, so that a table or chart pasted with ``{glue}``
+    leaves no stray code block; under a ``*_summary`` key, ``sentence`` as HTML."""
+
+    def __init__(self, sentence: str = "") -> None:
+        self.sentence = sentence
+
+    def __repr__(self) -> str:
+        return NOT_RUN
+
+    def _repr_html_(self) -> str:
+        return f'<p class="cube-not-run">{self.sentence}</p>' if self.sentence else '<span class="cube-not-run"></span>'
 
 
 def skipped_notebook(nb, run: NotebookRun, reason: str):
     """What the book shows for a claim that needs data this machine lacks.
 
-    The notebook's opening text, a plain notice of what is missing and how to get it, and every
-    value the notebook would glue, set to "not run here", so that pages citing it still build
-    and say so rather than show a stale or made-up number.
+    The notebook's opening text, a plain notice of what is missing and how to get it (no path
+    of this machine: ``portable``), and every value the notebook would glue, set to "not run
+    here" (``NotRun``), so that pages citing it still build and say so rather than show a stale
+    or made-up number; a page citing its ``*_summary`` shows one sentence instead.
     """
     import nbformat
 
@@ -302,13 +337,20 @@ def skipped_notebook(nb, run: NotebookRun, reason: str):
         if cell.cell_type != "markdown":
             break
         opening.append(cell)
+    names = " and ".join(BENCHMARK_NAMES.get(b, b) for b in run.requires) or "benchmark"
+    fetch = " and ".join(f"`cube data fetch {b}`" for b in run.requires)
     notice = nbformat.v4.new_markdown_cell(
-        f"```{{warning}}\nThis claim was **not run here**: it reads the benchmark items, not only the "
-        f"archived records, and none were found.\n\n`{reason}`\n```")
+        f"```{{warning}}\nThis claim was **not run here**: it reads the {names} items, not only the archived "
+        f"records, and the machine that built this page had none. Get them with {fetch}, then run "
+        f"`make book` again.\n```")
+    sentence = (f"Not run here: this claim reads the {names} items, and the machine that built this book "
+                f"had none (<code>{fetch.replace('`', '')}</code> gets them).")
     code = nbformat.v4.new_code_cell(
         "from myst_nb import glue\n\n"
-        f"print({('not run: ' + reason)!r})\n"
-        f"for key in {keys!r}:\n    glue(key, 'not run here (no benchmark items)', display=False)")
+        "from cube.paper.book import NotRun\n\n"
+        f"print({('not run: ' + portable(reason))!r})\n"
+        f"for key in {keys!r}:\n"
+        f"    glue(key, NotRun({sentence!r} if key.endswith({SUMMARY_SUFFIX!r}) else ''), display=False)")
     out = nbformat.v4.new_notebook(cells=[*opening, notice, code], metadata=nb.metadata)
     return out
 
@@ -508,6 +550,70 @@ def _dedupe_page_assets(app, pagename, templatename, context, doctree) -> None:
             context[key] = list(seen.values())
 
 
+SEARCH_SCRIPT = "cube-search.js"  # book/static: answers the search page's fetches over file://
+SEARCH_PAGES = "cube-search-pages.js"  # written into the site's _static by write_search_pages
+# Block elements end a line in a page's search text, so that words of adjacent blocks stay apart.
+_BLOCKS = {"p", "div", "section", "li", "tr", "td", "th", "pre", "table", "ul", "ol", "dl", "dt", "dd",
+           "h1", "h2", "h3", "h4", "h5", "h6", "blockquote", "figure", "figcaption", "br"}
+
+
+def search_text(page_html: str) -> str:
+    """A page's main content as Sphinx's search reads it for a snippet: its text, every element
+    that carries an id kept (as a ``div`` of that id; a result's anchor selects one), and nothing
+    else: no markup, script, style, chart or header link. Escaped HTML, in ``[role=main]``."""
+    from bs4 import BeautifulSoup, NavigableString, Tag
+
+    soup = BeautifulSoup(page_html, "html.parser")
+    # the article, not the theme's header and contents list that share its [role=main]
+    main = soup.select_one('[role="main"] article') or soup.select_one('[role="main"]')
+    if main is None:
+        return ""
+    for junk in main.select("script, style, svg, .headerlink, div.cube-chart"):
+        junk.decompose()
+
+    def walk(node) -> str:
+        if isinstance(node, NavigableString):
+            return html_escape(str(node))
+        if not isinstance(node, Tag):
+            return ""
+        inner = "".join(walk(c) for c in node.children)
+        if node.name in _BLOCKS:
+            inner += "\n"
+        ident = node.get("id")
+        return f'<div id="{html_escape(ident)}">{inner}</div>' if ident else inner
+
+    text = re.sub(r"\n\s*\n+", "\n", "".join(walk(c) for c in main.children))
+    return f'<div role="main">{text.strip()}</div>'
+
+
+def html_escape(text: str) -> str:
+    import html
+
+    return html.escape(text, quote=True)
+
+
+def write_search_pages(app, exception) -> None:
+    """After an HTML build: every page's search text (``search_text``), keyed by its path in
+    the site, as one script the search page loads over file:// (book/static/cube-search.js)."""
+    if exception is not None or getattr(app.builder, "format", None) != "html":
+        return
+    from cube.atomic import atomic_write_text
+
+    out = Path(app.outdir)
+    pages = {}
+    for page in sorted(out.rglob("*.html")):
+        rel = page.relative_to(out).as_posix()
+        if rel.startswith("_") or rel in ("search.html", "genindex.html"):
+            continue
+        text = search_text(page.read_text(encoding="utf-8"))
+        if text:
+            pages[rel] = text
+    atomic_write_text(out / "_static" / SEARCH_PAGES,
+                      "window.CUBE_SEARCH_PAGES = " + json.dumps(pages, ensure_ascii=False, sort_keys=True) + ";\n")
+
+
 def setup(app) -> dict:
     app.connect("html-page-context", _dedupe_page_assets, priority=900)
+    app.add_js_file(SEARCH_SCRIPT)
+    app.connect("build-finished", write_search_pages)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -300,8 +300,27 @@ def test_the_leakage_claim_without_benchmark_items_says_so_and_keeps_every_glue_
     glued = {o["metadata"]["scrapbook"]["name"] for c in nb.cells if c.cell_type == "code"
              for o in c.outputs if "scrapbook" in o.get("metadata", {})}
     assert glued and glued == set(book._GLUE_KEY.findall(source))
+    # what the pages show: no folder of this machine, one sentence under the summary key, and
+    # nothing (not a code block of "not run here") where a table is pasted
+    shown = json.dumps([(c.source, c.get("outputs", [])) for c in nb.cells])
+    assert str(tmp_path) not in shown and str(REPO_ROOT.parent) not in shown, "a path of the build machine"
+    html = {o["metadata"]["scrapbook"]["name"]: o["data"]["application/papermill.record/text/html"]
+            for c in nb.cells if c.cell_type == "code"
+            for o in c.outputs if "scrapbook" in o.get("metadata", {})}
+    assert "Not run here" in html["leak_summary"] and "cube data fetch cmmlu" in html["leak_summary"]
+    assert all("not run" not in v.lower() for k, v in html.items() if k != "leak_summary")
+    assert book.glued_values(out)["leak_hits"] == book.NOT_RUN
     monkeypatch.setenv("CUBE_SHARED_BENCHMARKS", str(benchmarks_root))  # wherever the items are here
     assert book.missing_data(run) is None  # with the items there, the claim runs
+
+
+def test_portable_hides_the_folders_of_the_build_machine(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUBE_DATA", str(tmp_path / "home"))
+    monkeypatch.delenv("CUBE_BENCHMARKS", raising=False)
+    text = (f"looked in {tmp_path}/home/cmmlu (data home), {REPO_ROOT.parent}/shared/benchmarks/cmmlu, "
+            f"{REPO_ROOT}/data/records and {Path.home()}/x")
+    assert book.portable(text) == ("looked in $CUBE_DATA/cmmlu (data home), ../shared/benchmarks/cmmlu, "
+                                   "./data/records and ~/x")
 
 
 def test_requires_names_a_known_benchmark(tmp_path, invented):
@@ -387,3 +406,13 @@ def test_a_number_missing_from_the_notebooks_fails_the_strict_build(tmp_path, in
     assert '<span class="pasted-text">4</span>' in (tmp_path / "_build" / "html" / "intro.html").read_text()
     intro.write_text("# Intro\n\nThe threshold is {glue:text}`nb.ipynb::missing:s`.\n")
     assert book.build_book(tmp_path).returncode != 0
+
+
+def test_search_text_is_the_article_with_its_anchors_and_nothing_else():
+    page = ('<main role="main"><div class="header">Contents</div><article class="bd-article">'
+            '<section id="claim-3"><h2>Claim 3<a class="headerlink" href="#claim-3">#</a></h2>'
+            '<p>footrule &lt; 0.5</p><div class="cube-chart" id="c"></div><script>var spec = 1;</script>'
+            '<p>next</p></section></article></main>')
+    text = book.search_text(page)
+    assert text == '<div role="main"><div id="claim-3">Claim 3\nfootrule &lt; 0.5\nnext\n</div></div>'
+    assert book.search_text("<p>no main</p>") == ""
