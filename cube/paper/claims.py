@@ -775,7 +775,7 @@ def whitespace_ece_reversal(result: PaperResult, ratios: Sequence[CalibrationRat
 
 
 def whitespace_rank(models: Sequence[str], accuracy_a: Sequence[float], accuracy_b: Sequence[float],
-                    n_items: int) -> Reproduction:
+                    n_items: int, compared: str = "") -> Reproduction:
     """Whether the top two models swap, with ranks that share ties (the footrule's ranks).
 
     Which models are on top is a fact about the model set, so a ranking that keeps its top two
@@ -794,7 +794,7 @@ def whitespace_rank(models: Sequence[str], accuracy_a: Sequence[float], accuracy
              f"space, {models[top_b[0]]} under the merged form); ranks with ties shared: "
              f"{len(moved)} of {len(models)} models change rank"
              + (f" ({', '.join(moved)})" if moved else "")
-             + f", footrule {footrule(ra, rb):.3f}")
+             + f", footrule {footrule(ra, rb):.3f}" + (f" ({compared})" if compared else ""))
     return Reproduction(value, Scale(len(models), n_items), True if swapped else None,
                         "" if swapped else f"the source's top two models are not among these {len(models)}")
 

@@ -460,8 +460,12 @@ def test_the_paper_page_lists_every_result_with_a_verdict(browser, rendered):
     ids = [r.id for r in load_paper().results]
     assert [r["id"] for r in rows] == ids
     assert all(r["cells"] == 6 for r in rows)
-    verdicts = ("reproduced", "reproduced at smaller scale", "contradicted", "not reproducible here (")
-    assert all(r["verdict"].startswith(verdicts) for r in rows), rows
+    from cube.paper.claims import NO_POWER, NOT_HERE, VERDICTS, verdict_head
+
+    assert all(r["verdict"].startswith(VERDICTS) for r in rows), rows
+    # a verdict that says a test could not be made or had no power always says why
+    assert all(r["verdict"].startswith(verdict_head(r["verdict"]) + " (") for r in rows
+               if verdict_head(r["verdict"]) in (NO_POWER, NOT_HERE)), rows
 
 
 def test_the_intro_names_the_paper_and_what_ran_here(site):
