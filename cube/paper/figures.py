@@ -46,7 +46,9 @@ def cell_status(cell: CellAudit) -> str:
 
 
 def _label_ids_text(cell: CellAudit) -> str:
-    return "  ".join(f"{lt.label}→{list(lt.ids)}" for lt in cell.labels)
+    """Each label's token ids and the tokens as a person reads them (hex where a token is part of
+    a character), so the tooltip shows which bytes the labels share."""
+    return "  ".join(f"{lt.label}→{list(lt.ids)} [{', '.join(lt.shown)}]" for lt in cell.labels)
 
 
 def degeneracy_heatmap(cells: Sequence[CellAudit],

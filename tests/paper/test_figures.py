@@ -67,6 +67,15 @@ def test_heatmap_has_one_record_per_cell_with_every_token_id():
     assert records[1]["ties"] == "L0=L1=L2" and records[0]["ties"] == "none"
 
 
+def test_heatmap_tooltip_shows_the_bytes_circled_labels_share():
+    circled = [LabelTokens(label, (48312, 254 + i), ("âĳ", "ł"), False, (b"\xe2\x91", bytes([0xA0 + i])))
+               for i, label in enumerate("①②③④")]
+    degen = CellAudit("qwen2.5", "L4_circled", "zh_cue", "DEGEN", "full", (("①", "②", "③", "④"),), (), tuple(circled))
+    tooltip = degeneracy_heatmap([degen]).to_dict()["data"]["values"][0]["token ids"]
+    assert "①→[48312, 254] [<E2 91>, <A0>]" in tooltip and "④→[48312, 257] [<E2 91>, <A3>]" in tooltip
+    assert "âĳ" not in tooltip
+
+
 def test_heatmap_keeps_the_input_order_and_fixed_colours():
     spec = degeneracy_heatmap(CELLS).to_dict()
     layers = spec["spec"]["layer"]
