@@ -1,4 +1,4 @@
-r"""Finding benchmark text in records: the normal form, the scrub and the leakage audit.
+r"""Finding benchmark text in records: the normal form, the raw form, the scrub and the audit.
 
 The released records must not carry C-Eval or CMMLU text: the licences forbid redistribution and a
 leaked test item contaminates every model trained on it afterwards. Models quote items in disguise
@@ -63,19 +63,63 @@ for the record's own item, so a scrubbed record can fail the audit only by quoti
   naming another item, so no near hit was a chance match. On the synthetic 2.5 M-record scale
   benchmark (random CMMLU-frequency text) the near rules add no hit in unplanted fields.
 
+The raw form: the same exact rules, applied to the text as written too (kinds ``raw-question``
+and ``raw-option`` name a hit only this form finds). The raw form is NFKC, one character at a
+time, with whitespace, control and format (zero-width) characters dropped; punctuation, ``$``,
+markup and traditional characters are kept. Why: the paper's rules (generations "scrubbed of
+option strings and any remaining >=20-char question-text span") count the text as written, and
+the normal form shortens exactly the texts that are long as written. An independent scan of
+data/records (NFKC and whitespace removal only) found what the normal form had let through: the
+options of a CMMLU item that are LaTeX fractions, 14-15 characters as written and 3 normalised
+(``\frac``, the braces and ``$`` dropped: below the 4-character minimum), quoted by a chain of
+thought, and a 20-character question span with ``\angle``, ``^{\circ}``, ``$`` and braces that
+normalises to 7 characters (the longest normal-form run it shares with its question). In the raw
+form, a leak is:
+
+- any span of ``window`` (20) characters as written that occurs in a question as written (a
+  quote with commas in it counts at 20 characters, where the normal form needs 20 without them);
+- a whole question of ``min_question_chars`` (8) up to the window, as written;
+- a whole option of at least ``raw_min_option_chars`` (``RAW_MIN_OPTION_CHARS``, 8) characters
+  as written. Why 8 and not the normal form's 4: markup and punctuation make a text longer
+  without making it more specific, and 4 characters as written would count ``$12$``, ``0.05`` or
+  ``3.14``, numbers every mathematics chain of thought writes (the harness scrubs each generation
+  against every item, so a chance match deletes text); 8 is the length at which the normal form
+  already trusts a whole question to be specific, and the independent scan's option threshold;
+- but only a phrase of at least ``RAW_MIN_SYMBOLS`` (2) normalised characters: ``$\alpha$`` has 8
+  characters as written and does NOT count. It is one symbol, as "α" is, and the normal form
+  ignores one-symbol options for the reason it ignores "对": they identify no item (α is the
+  significance level of every statistics text). The archive proves the point: the one occurrence
+  of ``$\alpha$`` outside its own item was a chance match, in the chain of thought and the answer
+  of ANOTHER item of the same subject, and counting it would have the harness cut every
+  ``$\alpha$`` from every generation. The scrub is the audit run on the record's own item, so it
+  applies the same rule: ``$\alpha$`` stays even in its own item's generation, as "对" does;
+  CMMLU has 4 such options (8+ characters as written, one symbol) and 121 raw-only options of 2-3;
+- except phrases in ``stock_items`` items or more, in the raw form OR in the normal form (a stock
+  answer written with a full stop is still a stock answer). No near copies in the raw form: the
+  normal form's near rules already see through the disguises a near copy adds.
+
 The audit is linear: each normalised text is hashed once (a polynomial prefix hash over uint64,
-vectorised with numpy), every window of ``window`` characters is looked up in a two-probe Bloom
-filter of the questions' windows, and every window of ``min(min_option_chars, min_question_chars)``
-characters in one of the whole phrases' first characters. The rare candidates are confirmed by exact hash and
-then by string comparison, so a hit is never a hash collision. Near copies are found through seeds,
-never by comparing a text with every item: by the pigeonhole principle a near copy of B with k edits
-contains one of k + 1 disjoint pieces of B unchanged, so every 10-character window of a text is
-looked up among the questions' 10-grams (a window with one edit keeps one of its halves) and every
-6-character window among the phrases' pieces (``6 * (k + 1) <= len(B)`` for ``len(B) >= 12``).
+vectorised with numpy), every 10-character window is looked up in a two-probe Bloom filter of the
+questions' 10-grams (an exact ``window``-character match starts with one, so this one lookup
+finds the windows, whose hash is then checked only there, and the near copies' seeds), and every
+window of ``min(min_option_chars, min_question_chars)`` characters in one of the whole phrases'
+first characters and the near pieces' first characters. The rare candidates are confirmed by exact
+hash and then by string comparison, so a hit is never a hash collision. Near copies are found
+through seeds, never by comparing a text with every item: by the pigeonhole principle a near copy
+of B with k edits contains one of k + 1 disjoint pieces of B unchanged, so every 10-character
+window of a text is looked up among the questions' 10-grams (a window with one edit keeps one of
+its halves) and every 6-character window among the phrases' pieces (``6 * (k + 1) <= len(B)`` for
+``len(B) >= 12``).
 Each seed names one benchmark string and where a copy would start; that candidate is verified by
 a bounded, anchored edit distance (Myers' bit-parallel algorithm, linear in the copy's length).
 10-grams found in ``stock_items`` questions or more are template text ("下列关于...的说法") and
-are not seeds: a near copy whose only unchanged half is template text is not found.
+are not seeds: a near copy whose only unchanged half is template text is not found. The raw form
+costs one more lookup (8-character windows, which begin every raw window and phrase), and only
+for the texts holding a character whose two forms differ (punctuation, ``$``, markup, traditional
+characters; ``_char_classes``): a text without one reads the same in both forms, so the normal
+lookups already find its raw matches, unless the index has a raw window of such characters that
+is no normal window (a quote starting inside a LaTeX command: ``alpha...`` of ``\alpha...``),
+which ``build_index`` checks; then every text is read.
 """
 
 from __future__ import annotations
@@ -103,8 +147,14 @@ MIN_QUESTION_CHARS = 8
 # a stock phrase: finding it identifies no item, and flagging it would bury real leaks.
 STOCK_ITEMS = 10
 MARKER = "[REMOVED]"
-# What a hit is, in the order that names a merged hit: an exact question match first.
-KINDS = ("question", "option", "near-question", "near-option")
+# The raw form (the text as written, see the module docstring): an option counts there when it has
+# at least this many characters as written AND at least RAW_MIN_SYMBOLS characters of the normal
+# form. A single symbol ("$\alpha$", 8 characters as written, is one letter) identifies no item.
+RAW_MIN_OPTION_CHARS = 8
+RAW_MIN_SYMBOLS = 2
+# What a hit is, in the order that names a merged hit: an exact question match first, then exact
+# matches that only the raw form shows, then near copies.
+KINDS = ("question", "option", "raw-question", "raw-option", "near-question", "near-option")
 # Near copies: benchmark strings of at least this many normalised characters, one edit allowed per
 # NEAR_CHARS_PER_EDIT characters (see the module docstring for why).
 NEAR_MIN_CHARS = 12
@@ -337,23 +387,54 @@ def _code_points(texts: Sequence[str]) -> np.ndarray:
 
 def _normalize_code_points(cps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(normalised code points, index into ``cps`` of the character each one came from)."""
-    start, length, flat = _normal_form_table()
+    return _map_code_points(cps, _normal_form_table(), _single_table("normal"))
+
+
+_EXPANDS = np.uint32(0xFFFFFFFF)  # in a single table: the character becomes several
+
+
+@functools.cache
+def _single_table(form: str) -> np.ndarray:
+    """Per code point, the one character its form is (0: none, ``_EXPANDS``: several): one gather
+    maps nearly every text, where the (start, length, flat) table takes three."""
+    start, length, flat = _normal_form_table() if form == "normal" else _raw_form_table()
+    single = np.zeros(length.size, dtype=np.uint32)
+    one = length == 1
+    single[one] = flat[start[one]]
+    single[length > 1] = _EXPANDS
+    return single
+
+
+def _map_code_points(cps: np.ndarray, table: tuple[np.ndarray, np.ndarray, np.ndarray],
+                     single: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``cps`` through a per-code-point table (start, length, flat; ``single``: the same as one
+    gather, ``_single_table``), and per output code point the index of the input it came from."""
+    mapped = single[cps]
+    source = np.flatnonzero(mapped)
+    codes = mapped[source]
+    if codes.size == 0 or codes.max() != _EXPANDS:  # the usual case: no character expands
+        return codes, source
+    start, length, flat = table
     lens = length[cps]
-    if lens.size == 0 or lens.max() <= 1:  # the usual case: no character expands
-        source = np.flatnonzero(lens)
-        return flat[start[cps[source]]], source
-    source = np.repeat(np.arange(cps.size), lens)
-    first = np.cumsum(lens, dtype=np.int64) - lens
-    within = np.arange(source.size) - np.repeat(first, lens)
-    return flat[start[cps[source]] + within], source
+    source = np.flatnonzero(lens)
+    first = start[cps[source]]
+    codes = flat[first]
+    expands = np.flatnonzero(lens[source] > 1)  # rare ("…" is "..." in NFKC): spliced in after
+    extra = lens[source[expands]].astype(np.int64) - 1
+    of = np.repeat(expands, extra)
+    within = np.arange(of.size) - np.repeat(np.cumsum(extra) - extra, extra) + 1
+    at = of + 1  # np.insert keeps the order of values inserted at one position
+    return np.insert(codes, at, flat[first[of] + within]), np.insert(source, at, source[of])
 
 
-def _normalize_texts(texts: Sequence[str], sizes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _normalize_texts(texts: Sequence[str], sizes: np.ndarray | None = None,
+                     cps: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Normalised code points of all ``texts`` joined, and per normalised character the [start,
     end) of the original characters it came from, as offsets into ``"".join(texts)``.
-    ``sizes`` are the texts' lengths, where the caller has them already."""
+    ``sizes`` are the texts' lengths and ``cps`` their code points, where the caller has them."""
     joined = "".join(texts)
-    cps = _code_points([joined])
+    if cps is None:
+        cps = _code_points([joined])
     decoded = None
     if _is_marker()[cps].any():
         if sizes is None:
@@ -392,6 +473,85 @@ def _normal_strings(texts: Sequence[str]) -> list[str]:
     return [joined[end - count : end] for end, count in zip(ends, counts.tolist())]
 
 
+# ---------------------------------------------------------------------------- raw form
+
+
+def _raw_char(char: str) -> str:
+    """The raw form of one character: NFKC, with whitespace, control and format characters
+    (zero-width spaces, joiners) dropped, since a reader does not see them (may be empty)."""
+    return "".join(part for part in unicodedata.normalize("NFKC", char)
+                   if not part.isspace() and unicodedata.category(part) not in ("Cc", "Cf"))
+
+
+@functools.cache
+def _raw_form_table() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per code point, as ``_normal_form_table``: where its raw form starts in ``flat``, how long."""
+    size = sys.maxunicode + 1
+    length = np.ones(size, dtype=np.uint8)
+    start = np.arange(size, dtype=np.int64)  # identity: flat[cp] == cp
+    flat = list(range(size))
+    for cp in range(size):
+        char = chr(cp)
+        category = unicodedata.category(char)
+        if category in ("Cn", "Cs", "Co"):
+            continue
+        if unicodedata.is_normalized("NFKC", char) and not char.isspace() and category not in ("Cc", "Cf"):
+            continue  # the usual case, decided without building a string
+        raw = _raw_char(char)
+        if raw == char:
+            continue
+        length[cp] = len(raw)
+        if raw:
+            start[cp] = len(flat)
+            flat.extend(ord(c) for c in raw)
+    return start, length, np.asarray(flat, dtype=np.uint32)
+
+
+@functools.cache
+def _char_classes() -> np.ndarray:
+    """Per code point: 0 if its raw form and its normal form are the same characters, 1 if they
+    differ (punctuation, ``$``, traditional characters, combining marks), 2 for a character that
+    starts markup (which the normal form decodes in context).
+
+    A text of class-0 characters only reads the same in both forms, so the normal form's lookups
+    already find every raw match in it (where ``RawForm.every_text`` is False): the raw form's
+    lookups run only on the texts with a class 1 or 2 character.
+    """
+    raw_start, raw_length, raw_flat = _raw_form_table()
+    normal_start, normal_length, normal_flat = _normal_form_table()
+    classes = (raw_length != normal_length).astype(np.uint8)
+    single = np.flatnonzero((raw_length == 1) & (normal_length == 1))
+    classes[single[raw_flat[raw_start[single]] != normal_flat[normal_start[single]]]] = 1
+    for cp in np.flatnonzero((raw_length == normal_length) & (raw_length > 1)).tolist():
+        size = int(raw_length[cp])
+        if not np.array_equal(raw_flat[raw_start[cp] : raw_start[cp] + size],
+                              normal_flat[normal_start[cp] : normal_start[cp] + size]):
+            classes[cp] = 1
+    classes[[ord(c) for c in _MARKER_CHARS]] = 2
+    return classes
+
+
+def _raw_code_points(cps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(raw-form code points, index into ``cps`` of the character each one came from)."""
+    return _map_code_points(cps, _raw_form_table(), _single_table("raw"))
+
+
+def raw_form(text: str) -> str:
+    """``text`` as written, for the raw-form rules: NFKC, one character at a time, with whitespace
+    and invisible characters dropped; punctuation, ``$`` and markup are kept."""
+    return _decode(_raw_code_points(_code_points([text]))[0])
+
+
+def _raw_strings(texts: Sequence[str]) -> list[str]:
+    """The raw form of many texts in one vectorised pass."""
+    sizes = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+    codes, source = _raw_code_points(_code_points(texts))
+    counts = np.bincount(np.repeat(np.arange(len(texts)), sizes)[source], minlength=len(texts))
+    joined = _decode(codes)
+    ends = np.cumsum(counts).tolist()
+    return [joined[end - count : end] for end, count in zip(ends, counts.tolist())]
+
+
 # ---------------------------------------------------------------------------- scrub
 
 
@@ -412,6 +572,7 @@ def scrub(
     min_option_chars: int = MIN_OPTION_CHARS,
     min_question_chars: int = MIN_QUESTION_CHARS,
     index: "LeakageIndex | None" = None,
+    raw_min_option_chars: int = RAW_MIN_OPTION_CHARS,
 ) -> ScrubResult:
     """Remove the item's own text from a free-text field before release.
 
@@ -421,7 +582,10 @@ def scrub(
     ones, such as "对", are ordinary words: deleting them would shred the text and they identify
     no item), of the whole question when it is shorter than ``window`` but has at least
     ``min_question_chars``, every span of ``window`` or more normalised characters that also occurs
-    in the question, and every near copy of those (see the module docstring). Stock answers are
+    in the question, and every near copy of those (see the module docstring); and the same exact
+    rules in the raw form, the text as written (options of ``raw_min_option_chars`` characters as
+    written and ``RAW_MIN_SYMBOLS`` normalised: a one-symbol option such as ``$\\alpha$`` stays,
+    as "对" does). Stock answers are
     removed too: for its own item even "以上都对" is a quote. Each removed span, widened to whole
     original characters (a whole HTML entity or tag), becomes ``marker`` so that readers see that
     something was cut; touching spans become one marker.
@@ -430,7 +594,8 @@ def scrub(
     in practice a short option from the same subject, such as a term of art) is removed too, so
     the result passes the audit against every indexed item by construction.
     """
-    own_index = _own_index(question, tuple(options), window, min_option_chars, min_question_chars)
+    own_index = _own_index(question, tuple(options), window, min_option_chars, min_question_chars,
+                           raw_min_option_chars)
     spans = _touching_merged([(h.offset, h.offset + h.n_chars) for h in audit_texts([text], own_index)])
     own = _replace_spans(text, spans, marker)
     if index is None:
@@ -446,13 +611,14 @@ def scrub(
 
 @functools.lru_cache(maxsize=1024)
 def _own_index(
-    question: str, options: tuple[str, ...], window: int, min_option_chars: int, min_question_chars: int
+    question: str, options: tuple[str, ...], window: int, min_option_chars: int, min_question_chars: int,
+    raw_min_option_chars: int = RAW_MIN_OPTION_CHARS,
 ) -> "LeakageIndex":
     """The index of one item; cached, since a harness scrubs every generation of an item in turn."""
     # stock_items=2: with one item nothing is stock, so stock answers are removed for the own item
     return build_index([ItemText("own", question, options)], window=window,
                        min_option_chars=min_option_chars, stock_items=2,
-                       min_question_chars=min_question_chars)
+                       min_question_chars=min_question_chars, raw_min_option_chars=raw_min_option_chars)
 
 
 def _touching_merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -502,8 +668,11 @@ class _PrefixHash:
 
     def __init__(self, codes: np.ndarray):
         n = codes.size
-        self.prefix = np.zeros(n + 1, dtype=np.uint64)
-        np.cumsum(codes.astype(np.uint64) * _powers(_BASE_INV, n), out=self.prefix[1:])
+        self.prefix = np.empty(n + 1, dtype=np.uint64)
+        self.prefix[0] = 0
+        terms = self.prefix[1:]  # computed in place: no temporary array of n
+        np.multiply(codes, _powers(_BASE_INV, n), out=terms, dtype=np.uint64, casting="unsafe")
+        np.cumsum(terms, out=terms)
         self.shift = _powers(_BASE, n)
 
     def windows(self, starts: np.ndarray, length: int | np.ndarray) -> np.ndarray:
@@ -566,11 +735,53 @@ class ItemText:
 
 
 @dataclass(repr=False)
+class RawForm:
+    """The raw form's question windows and phrases, with the same lookups as the normal form's
+    (``LeakageIndex`` has the same attribute names, so one implementation serves both forms).
+
+    Phrases: options of at least ``raw_min_option_chars`` characters as written and
+    ``RAW_MIN_SYMBOLS`` normalised ones, and questions of ``min_question_chars`` up to the window;
+    a phrase whose raw OR normal form is in ``stock_items`` items is stock and left out (a stock
+    answer spelt with a full stop is still a stock answer). No near copies: the normal form's near
+    rules already see through the disguises a near copy adds.
+    """
+
+    window: int
+    raw_min_option_chars: int
+    n_stock_phrases: int
+    questions: list[str]
+    window_hash: np.ndarray
+    window_item: np.ndarray
+    window_pos: np.ndarray
+    # one lookup of every prefix_chars-gram serves windows and phrases: gram_filter holds the
+    # grams that begin a window (gram_hash, unique and sorted) and the phrases' prefixes
+    gram_hash: np.ndarray
+    prefix_chars: int
+    phrases: list[str]
+    phrase_is_question: np.ndarray
+    phrase_item: np.ndarray
+    phrase_hash: np.ndarray
+    phrase_len: np.ndarray
+    prefix_filter: np.ndarray  # of gram_hash and prefix_hash
+    prefix_hash: np.ndarray
+    prefix_first: np.ndarray
+    prefix_count: np.ndarray
+    # True where the raw lookups must read every text, not only those with a class 1 or 2
+    # character (``_char_classes``): set by build_index, which checks that the normal form covers
+    # the rest
+    every_text: bool = True
+
+    def __repr__(self) -> str:  # never the benchmark text
+        return f"<RawForm: {len(self.phrases)} phrases>"
+
+
+@dataclass(repr=False)
 class LeakageIndex:
     """Every question window and every countable phrase of a benchmark, ready for lookups.
 
     A *phrase* is a text matched whole: an option, or a question shorter than the window (nearly
     half of CMMLU's questions are; a model repeating one in full would otherwise go unseen).
+    ``raw`` holds the same for the raw form (the text as written, see the module docstring).
     """
 
     window: int
@@ -580,9 +791,9 @@ class LeakageIndex:
     item_uids: list[str]
     n_short_options: int  # distinct normalised options below min_option_chars, ignored
     n_stock_phrases: int  # distinct phrases in >= stock_items items, ignored
-    # question windows, sorted by hash
+    # question windows, sorted by hash; found from the 10-grams (gram_hash, seed_filter): a window
+    # starts with one, so one lookup serves the exact windows and the near copies' seeds
     question_normal: list[str]
-    question_filter: np.ndarray
     window_hash: np.ndarray
     window_item: np.ndarray
     window_pos: np.ndarray
@@ -602,14 +813,17 @@ class LeakageIndex:
     near_min_chars: int
     near_chars_per_edit: int
     question_len: np.ndarray
-    seed_filter: np.ndarray
+    gram_hash: np.ndarray  # every question 10-gram, templates too, unique and sorted
+    seed_filter: np.ndarray  # of gram_hash
     seed_hash: np.ndarray
     seed_item: np.ndarray
     seed_pos: np.ndarray
+    pieces_in_prefix_filter: bool  # prefix_filter holds the pieces' first characters too
     piece_filter: np.ndarray
     piece_hash: np.ndarray
     piece_phrase: np.ndarray
     piece_offset: np.ndarray
+    raw: RawForm
 
     def __repr__(self) -> str:  # never the benchmark text: tracebacks and test logs print this
         return f"<LeakageIndex: {self.n_items} items; {self.thresholds()}>"
@@ -617,6 +831,14 @@ class LeakageIndex:
     @property
     def n_items(self) -> int:
         return len(self.item_uids)
+
+    @property
+    def questions(self) -> list[str]:  # the name RawForm shares, for the lookups of both forms
+        return self.question_normal
+
+    @property
+    def phrases(self) -> list[str]:
+        return self.phrase_normal
 
     @property
     def option_normal(self) -> list[str]:
@@ -628,7 +850,11 @@ class LeakageIndex:
             f"min option chars {self.min_option_chars}, options and questions shared by >= "
             f"{self.stock_items} items ignored ({self.n_short_options} short options and "
             f"{self.n_stock_phrases} stock texts skipped), near copies of texts >= "
-            f"{self.near_min_chars} chars within 1 edit per {self.near_chars_per_edit} chars"
+            f"{self.near_min_chars} chars within 1 edit per {self.near_chars_per_edit} chars; "
+            f"as written (NFKC, whitespace dropped) too: windows {self.raw.window} chars, whole "
+            f"questions >= {self.min_question_chars} chars, options >= "
+            f"{self.raw.raw_min_option_chars} chars of >= {RAW_MIN_SYMBOLS} normalised characters "
+            f"({self.raw.n_stock_phrases} stock texts skipped)"
         )
 
     def near_edits(self, length: int) -> int:
@@ -644,8 +870,10 @@ def build_index(
     min_question_chars: int = MIN_QUESTION_CHARS,
     near_min_chars: int = NEAR_MIN_CHARS,
     near_chars_per_edit: int = NEAR_CHARS_PER_EDIT,
+    raw_min_option_chars: int = RAW_MIN_OPTION_CHARS,
 ) -> LeakageIndex:
-    """Index the questions (every ``window``-character window) and options of ``items``.
+    """Index the questions (every ``window``-character window) and options of ``items``, in the
+    normal form and in the raw form.
 
     Every item is indexed, not only the record's own: a model can quote another item.
     """
@@ -686,11 +914,20 @@ def build_index(
     window_hash, window_item, window_pos = _question_windows(questions, window)
     by_hash = np.argsort(window_hash, kind="stable")
     seed_hash, seed_item, seed_pos = _question_windows(questions, _QUESTION_SEED)
+    gram_hash = np.unique(seed_hash)
     seed_hash, seed_item, seed_pos = _drop_templates(seed_hash, seed_item, seed_pos, stock_items)
     sorted_normal = [phrase_normal[k] for k in order]
     sorted_len = np.array([len(t) for t in sorted_normal], dtype=np.int64)
-    piece_hash, piece_phrase, piece_offset = _phrase_pieces(
-        sorted_normal, sorted_len, near_min_chars, near_chars_per_edit)
+    # a piece's first prefix_chars characters join the phrases' prefixes in one bitmap, so one
+    # lookup of every position serves both (where a prefix is no longer than a piece)
+    pieces_in_prefix_filter = prefix_chars <= _PIECE
+    piece_hash, piece_phrase, piece_offset, piece_gram = _phrase_pieces(
+        sorted_normal, sorted_len, near_min_chars, near_chars_per_edit,
+        prefix_chars if pieces_in_prefix_filter else _PIECE)
+    raw = _raw_form_index(items, questions, all_options, window, raw_min_option_chars,
+                          min_question_chars, stock_items)
+    raw.every_text = raw_min_option_chars < min_option_chars or not _normal_form_covers(
+        raw, questions, window_hash[by_hash], window_item[by_hash], window_pos[by_hash], set(phrase_normal))
     return LeakageIndex(
         window=window,
         min_option_chars=min_option_chars,
@@ -700,7 +937,6 @@ def build_index(
         n_short_options=len(short),
         n_stock_phrases=len(stock),
         question_normal=questions,
-        question_filter=_bitmap(window_hash),
         window_hash=window_hash[by_hash],
         window_item=window_item[by_hash],
         window_pos=window_pos[by_hash],
@@ -710,21 +946,108 @@ def build_index(
         phrase_item=np.array([entries[k][2] for k in order], dtype=np.int64),
         phrase_hash=phrase_hash[order],
         phrase_len=sorted_len,
-        prefix_filter=_bitmap(prefix_hash),
+        prefix_filter=_bitmap(np.concatenate([prefix_hash, piece_gram]) if pieces_in_prefix_filter else prefix_hash),
         prefix_hash=prefix_hash,
         prefix_first=prefix_first,
         prefix_count=prefix_count,
         near_min_chars=near_min_chars,
         near_chars_per_edit=near_chars_per_edit,
         question_len=np.array([len(q) for q in questions], dtype=np.int64),
-        seed_filter=_bitmap(seed_hash),
+        gram_hash=gram_hash,
+        seed_filter=_bitmap(gram_hash),
         seed_hash=seed_hash,
         seed_item=seed_item,
         seed_pos=seed_pos,
+        pieces_in_prefix_filter=pieces_in_prefix_filter,
         piece_filter=_bitmap(piece_hash),
         piece_hash=piece_hash,
         piece_phrase=piece_phrase,
         piece_offset=piece_offset,
+        raw=raw,
+    )
+
+
+def _normal_form_covers(raw: RawForm, questions: list[str], window_hash: np.ndarray,
+                        window_item: np.ndarray, window_pos: np.ndarray, phrases: set[str]) -> bool:
+    """Whether every raw window and phrase made of class-0 characters only (``_char_classes``)
+    is also a normal window or a countable normal phrase, so that the raw lookups can skip the
+    texts of class-0 characters (they read the same in both forms). False, e.g., for a raw window
+    that begins inside a LaTeX command (``alpha x=...`` of ``\\alpha x=...``), which the normal
+    form of the question decodes."""
+    classes = _char_classes()
+    if any(not classes[_code_points([p])].any() and p not in phrases for p in raw.phrases):
+        return False
+    w = raw.window
+    sizes = np.fromiter((len(q) for q in raw.questions), dtype=np.int64, count=len(raw.questions))
+    differ = np.concatenate([[0], np.cumsum(classes[_code_points(raw.questions)] > 0)])
+    begin = (np.cumsum(sizes) - sizes)[raw.window_item] + raw.window_pos
+    clean = np.flatnonzero(differ[begin + w] == differ[begin])
+    lo = np.searchsorted(window_hash, raw.window_hash[clean], side="left")
+    hi = np.searchsorted(window_hash, raw.window_hash[clean], side="right")
+    for k, first, last in zip(clean.tolist(), lo.tolist(), hi.tolist()):
+        item, pos = int(raw.window_item[k]), int(raw.window_pos[k])
+        text = raw.questions[item][pos : pos + w]
+        if not any(questions[window_item[j]][window_pos[j] : window_pos[j] + w] == text
+                   for j in range(first, last)):
+            return False
+    return True
+
+
+def _raw_form_index(items: list, questions: list[str], all_options: list[str], window: int,
+                    raw_min_option_chars: int, min_question_chars: int, stock_items: int) -> RawForm:
+    """The raw form's windows and phrases; ``questions`` and ``all_options`` are the normal forms."""
+    raw_questions = _raw_strings([item.question for item in items])
+    raw_options = _raw_strings([option for item in items for option in item.options])
+    # items per text, in each form, over every option and whole question whatever its length
+    normal_items: Counter = Counter()
+    raw_items: Counter = Counter()
+    phrases_of_item: list[set[tuple[str, str, bool]]] = []
+    cursor = 0
+    for item, question, raw_question in zip(items, questions, raw_questions):
+        n = len(item.options)
+        pairs = list(zip(raw_options[cursor : cursor + n], all_options[cursor : cursor + n]))
+        cursor += n
+        normal_items.update({normal for _, normal in pairs} | {question})
+        raw_items.update({raw for raw, _ in pairs} | {raw_question})
+        phrases = {(raw, normal, False) for raw, normal in pairs
+                   if len(raw) >= raw_min_option_chars and len(normal) >= RAW_MIN_SYMBOLS}
+        if min_question_chars <= len(raw_question) < window and len(question) >= RAW_MIN_SYMBOLS:
+            phrases.add((raw_question, question, True))
+        phrases_of_item.append(phrases)
+    stock = {raw for phrases in phrases_of_item for raw, normal, _ in phrases
+             if raw_items[raw] >= stock_items or normal_items[normal] >= stock_items}
+    entries = sorted({(raw, is_question, k) for k, phrases in enumerate(phrases_of_item)
+                      for raw, _, is_question in phrases if raw not in stock})
+    prefix_chars = min(raw_min_option_chars, min_question_chars)
+    texts = [text for text, _, _ in entries]
+    prefix = _hash_strings(texts, [prefix_chars] * len(texts))
+    order = np.argsort(prefix, kind="stable")
+    prefix_hash, prefix_first, prefix_count = np.unique(prefix[order], return_index=True, return_counts=True)
+    window_hash, window_item, window_pos = _question_windows(raw_questions, window)
+    by_hash = np.argsort(window_hash, kind="stable")
+    # the gram that begins each window: windows start at 0 .. len - window
+    gram, gram_item, gram_pos = _question_windows(raw_questions, prefix_chars)
+    gram_hash = np.unique(gram[gram_pos + window <= np.asarray([len(q) for q in raw_questions] or [0])[gram_item]])
+    phrases = [texts[k] for k in order]
+    return RawForm(
+        window=window,
+        raw_min_option_chars=raw_min_option_chars,
+        n_stock_phrases=len(stock),
+        questions=raw_questions,
+        window_hash=window_hash[by_hash],
+        window_item=window_item[by_hash],
+        window_pos=window_pos[by_hash],
+        gram_hash=gram_hash,
+        prefix_chars=prefix_chars,
+        phrases=phrases,
+        phrase_is_question=np.array([entries[k][1] for k in order], dtype=bool),
+        phrase_item=np.array([entries[k][2] for k in order], dtype=np.int64),
+        phrase_hash=_hash_strings(phrases),
+        phrase_len=np.array([len(t) for t in phrases], dtype=np.int64),
+        prefix_filter=_bitmap(np.concatenate([gram_hash, prefix_hash])),
+        prefix_hash=prefix_hash,
+        prefix_first=prefix_first,
+        prefix_count=prefix_count,
     )
 
 
@@ -742,19 +1065,22 @@ def _drop_templates(hashes, items, positions, stock_items: int) -> tuple[np.ndar
     return hashes[keep], items[keep], positions[keep]
 
 
-def _phrase_pieces(phrases: list[str], lengths: np.ndarray, near_min_chars: int,
-                   chars_per_edit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """k + 1 disjoint pieces of ``_PIECE`` characters per phrase long enough for near copies."""
+def _phrase_pieces(phrases: list[str], lengths: np.ndarray, near_min_chars: int, chars_per_edit: int,
+                   gram: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """k + 1 disjoint pieces of ``_PIECE`` characters per phrase long enough for near copies, and
+    the hash of each piece's first ``gram`` characters."""
     long = np.flatnonzero(lengths >= near_min_chars)
     n_pieces = lengths[long] // chars_per_edit + 1
     phrase = np.repeat(long, n_pieces)
     offset = (np.arange(phrase.size) - np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)) * _PIECE
     if phrase.size == 0:
-        return np.zeros(0, dtype=np.uint64), phrase, offset
+        return np.zeros(0, dtype=np.uint64), phrase, offset, np.zeros(0, dtype=np.uint64)
     starts = np.cumsum(lengths) - lengths
-    hashes = _PrefixHash(_code_points(phrases)).windows(starts[phrase] + offset, _PIECE)
+    prefix_hash = _PrefixHash(_code_points(phrases))
+    hashes = prefix_hash.windows(starts[phrase] + offset, _PIECE)
     order = np.argsort(hashes, kind="stable")
-    return hashes[order], phrase[order], offset[order]
+    grams = prefix_hash.windows(starts[phrase] + offset, gram)
+    return hashes[order], phrase[order], offset[order], grams[order]
 
 
 def _question_windows(questions: list[str], window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -800,16 +1126,14 @@ def audit_texts(texts: Sequence[str], index: LeakageIndex, min_phrase_chars: int
     qhash, a model name) share short options such as "1949" by chance.
     """
     hits: list[TextHit] = []
-    batch: list[str] = []
-    first, chars = 0, 0
-    for k, text in enumerate(texts):
-        batch.append(text)
-        chars += len(text)
-        if chars >= _TEXTS_PER_BATCH_CHARS:
-            hits += _audit_batch(batch, first, index, min_phrase_chars)
-            batch, first, chars = [], k + 1, 0
-    if batch:
-        hits += _audit_batch(batch, first, index, min_phrase_chars)
+    sizes = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    total = np.cumsum(sizes)
+    first = 0
+    while first < len(texts):  # a batch ends with the text that brings it to the limit
+        before = int(total[first - 1]) if first else 0
+        end = min(int(np.searchsorted(total, before + _TEXTS_PER_BATCH_CHARS, side="left")) + 1, len(texts))
+        hits += _audit_batch(list(texts[first:end]), first, index, min_phrase_chars, sizes[first:end])
+        first = end
     return hits
 
 
@@ -834,86 +1158,191 @@ def _chunks(records: Iterable[tuple[str, str, str]], size: int) -> Iterator[list
         yield chunk
 
 
-def _audit_batch(texts: list[str], first: int, index: LeakageIndex, min_phrase_chars: int = 0) -> list[TextHit]:
+def _audit_batch(texts: list[str], first: int, index: LeakageIndex, min_phrase_chars: int = 0,
+                 sizes: np.ndarray | None = None) -> list[TextHit]:
     """The texts holding a marker character are audited apart from the rest, which thus skip the
     markup decoding and its offset arrays; windows never span two texts, so the hits are those of
-    one pass, and a stable sort by text restores their order."""
-    sizes = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+    one pass, and a stable sort by text restores their order. The raw form's lookups read only
+    the texts with a character that differs between the forms (``_char_classes``)."""
+    if sizes is None:
+        sizes = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
     cps = _code_points(texts)
-    marked = np.flatnonzero(_is_marker()[cps])
+    classes = _char_classes()[cps]
+    differing = np.flatnonzero(classes)
+    ends = np.cumsum(sizes)
+    if index.raw.every_text:
+        raw_texts = np.ones(len(texts), dtype=bool)
+    else:
+        raw_texts = np.zeros(len(texts), dtype=bool)
+        raw_texts[np.searchsorted(ends, differing, side="right")] = True
+    marked = differing[classes[differing] == 2]
     if marked.size == 0:
-        return _audit_group(texts, np.arange(len(texts)), sizes, first, index, min_phrase_chars, cps)
+        return _audit_group(texts, np.arange(len(texts)), sizes, first, index, min_phrase_chars, cps,
+                            raw_texts)
     is_marked = np.zeros(len(texts), dtype=bool)
-    is_marked[np.searchsorted(np.cumsum(sizes), marked, side="right")] = True
+    is_marked[np.searchsorted(ends, marked, side="right")] = True
     plain, decoded = np.flatnonzero(~is_marked), np.flatnonzero(is_marked)
-    hits = _audit_group([texts[k] for k in plain.tolist()], plain, sizes[plain], first, index,
-                        min_phrase_chars, None)
+    plain_texts = [texts[k] for k in plain.tolist()]
+    hits = _audit_group(plain_texts, plain, sizes[plain], first, index, min_phrase_chars,
+                        _code_points(plain_texts), raw_texts[plain])
     hits += _audit_group([texts[k] for k in decoded.tolist()], decoded, sizes[decoded], first, index,
-                         min_phrase_chars, None)
+                         min_phrase_chars, None, raw_texts[decoded])
     return sorted(hits, key=lambda hit: hit.text)
 
 
 def _audit_group(texts: list[str], which: np.ndarray, sizes: np.ndarray, first: int,
-                 index: LeakageIndex, min_phrase_chars: int, plain_cps: np.ndarray | None) -> list[TextHit]:
+                 index: LeakageIndex, min_phrase_chars: int, plain_cps: np.ndarray | None,
+                 raw_texts: np.ndarray) -> list[TextHit]:
     """Audit ``texts``, the batch's texts ``which``; ``plain_cps``: their code points, where the
-    caller knows they hold no markup."""
+    caller knows they hold no markup; ``raw_texts``: per text, whether the raw form's lookups
+    read it."""
     if not texts:
         return []
     text_start = np.cumsum(sizes) - sizes
+    cps = plain_cps if plain_cps is not None else _code_points(texts)
     if plain_cps is not None:
         codes, source = _normalize_code_points(plain_cps)
         source_end = source + 1
     else:
-        codes, source, source_end = _normalize_texts(texts, sizes)
-    n = codes.size
-    if n < index.prefix_chars:
-        return []
-    text_of = np.repeat(np.arange(len(texts)), sizes)[source]  # text index per normalised char
-    hashes = _PrefixHash(codes)
-    spans = _question_spans(codes, text_of, hashes, index)
-    spans += [s for s in _phrase_spans(codes, text_of, hashes, index) if s[1] - s[0] >= min_phrase_chars]
-    spans += _near_spans(codes, text_of, hashes, index, spans)
+        codes, source, source_end = _normalize_texts(texts, sizes, cps)
+    owner = np.repeat(np.arange(len(texts), dtype=np.int32), sizes)  # text index per original character
+    found = []  # (begin, end) in the joined original texts, kind, item
+    if codes.size >= index.prefix_chars:
+        text_of = owner[source]  # text index per normalised char
+        hashes = _PrefixHash(codes)
+        n = codes.size
+        grams = _gram_starts(hashes, text_of, n, _QUESTION_SEED, index.seed_filter, index.gram_hash)
+        spans = _window_spans(codes, text_of, hashes, index, grams[0])
+        prefix = hashes.every_window(index.prefix_chars)
+        candidates = _bitmap_candidates(index.prefix_filter, prefix)
+        spans += [s for s in _phrase_spans(codes, text_of, hashes, index, candidates, prefix)
+                  if s[1] - s[0] >= min_phrase_chars]
+        if index.pieces_in_prefix_filter:  # a piece starts with a prefix the bitmap holds
+            at = candidates[candidates + _PIECE <= n]
+            at = at[text_of[at] == text_of[at + _PIECE - 1]]
+            piece = hashes.windows(at, _PIECE)
+            present = _in_sorted(index.piece_hash, piece)
+            pieces = (at[present], piece[present])
+        else:
+            pieces = _gram_starts(hashes, text_of, n, _PIECE, index.piece_filter, index.piece_hash)
+        spans += _near_spans(codes, text_of, hashes, index, spans, grams, pieces)
+        found = [(int(source[begin]), int(source_end[end - 1]), kind, item)
+                 for begin, end, kind, item in _merge_spans(spans, text_of)]
+    if raw_texts.all():
+        found += _raw_spans(cps, owner, None, index.raw, min_phrase_chars)
+    elif raw_texts.any():
+        read = np.flatnonzero(raw_texts)  # the characters of the texts the raw lookups read:
+        lengths = sizes[read]
+        at = np.repeat(text_start[read] - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+        found += _raw_spans(cps[at], owner[at], at, index.raw, min_phrase_chars)
     return [
         TextHit(
-            text=first + int(which[text_of[begin]]),
-            offset=int(source[begin] - text_start[text_of[begin]]),
-            n_chars=int(source_end[end - 1] - source[begin]),
+            text=first + int(which[owner[begin]]),
+            offset=int(begin - text_start[owner[begin]]),
+            n_chars=int(end - begin),
             kind=kind,
             item_uid=index.item_uids[item],
         )
-        for begin, end, kind, item in _merge_spans(spans, text_of)
+        for begin, end, kind, item in _merge_original(found)
     ]
+
+
+def _raw_spans(cps: np.ndarray, owner: np.ndarray, at: np.ndarray | None, raw: RawForm,
+               min_phrase_chars: int) -> list:
+    """The raw form's exact matches, as (begin, end) in the original characters, kind, item;
+    ``cps`` are the original characters ``at`` (None: all of them), ``owner`` their texts.
+
+    Why both forms: the normal form drops punctuation, ``$`` and markup, so a quote of a LaTeX
+    option (``$\\frac{..}{..}$``, 14 characters as written, 3 normalised) or of 20 characters of a
+    question with commas in them falls below the normal form's thresholds, while the paper's
+    rules count the text as written. Raw matches are exact only; the normal form finds the
+    disguised and near copies.
+    """
+    codes, source = _raw_code_points(cps)
+    if codes.size < min(raw.prefix_chars, raw.window):
+        return []
+    text_of = owner[source]
+    if at is not None:
+        source = at[source]
+    hashes = _PrefixHash(codes)
+    prefix = hashes.every_window(raw.prefix_chars)
+    candidates = _bitmap_candidates(raw.prefix_filter, prefix)
+    spans = _window_spans(codes, text_of, hashes, raw, candidates[_in_sorted(raw.gram_hash, prefix[candidates])])
+    spans += [s for s in _phrase_spans(codes, text_of, hashes, raw, candidates, prefix)
+              if s[1] - s[0] >= min_phrase_chars]
+    return [(int(source[begin]), int(source[end - 1]) + 1, "raw-" + kind, item) for begin, end, kind, item in spans]
+
+
+def _merge_original(spans: list) -> list:
+    """Overlapping spans (in the joined original texts, which no span crosses) become one,
+    named by its first kind in ``KINDS``: a match both forms find keeps the normal form's kind."""
+    merged: list[list] = []
+    for begin, end, kind, item in sorted(spans, key=lambda s: (s[0], _KIND_RANK[s[2]], -s[1])):
+        last = merged[-1] if merged else None
+        if last and begin < last[1]:
+            last[1] = max(last[1], end)
+            if _KIND_RANK[kind] < _KIND_RANK[last[2]]:
+                last[2], last[3] = kind, item
+        else:
+            merged.append([begin, end, kind, item])
+    return [tuple(m) for m in merged]
 
 
 def _decode(codes: np.ndarray) -> str:
     return codes.tobytes().decode("utf-32-le", "surrogatepass")
 
 
-def _question_spans(codes, text_of, hashes: _PrefixHash, index: LeakageIndex) -> list:
-    w = index.window
-    if codes.size < w or index.window_hash.size == 0:
+def _in_sorted(sorted_hashes: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Per wanted hash: is it in ``sorted_hashes``?"""
+    if sorted_hashes.size == 0:
+        return np.zeros(wanted.size, dtype=bool)
+    found = np.minimum(np.searchsorted(sorted_hashes, wanted), sorted_hashes.size - 1)
+    return sorted_hashes[found] == wanted
+
+
+def _gram_starts(hashes: _PrefixHash, text_of, n: int, length: int, bitmap, sorted_hashes) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, hashes) of the ``length``-grams inside one text whose hash is in ``sorted_hashes``."""
+    if n < length or sorted_hashes.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64)
+    gram_hash = hashes.every_window(length)
+    at = _bitmap_candidates(bitmap, gram_hash)
+    at = at[text_of[at] == text_of[at + length - 1]]
+    wanted = gram_hash[at]
+    present = _in_sorted(sorted_hashes, wanted)  # most are not
+    return at[present], wanted[present]
+
+
+def _window_spans(codes, text_of, hashes: _PrefixHash, index: "LeakageIndex | RawForm",
+                  starts: np.ndarray) -> list:
+    """The exact question windows at ``starts``: the positions where a window's first gram is
+    (every window begins with a gram of its question, so no window is missed)."""
+    w, n = index.window, codes.size
+    starts = starts[starts + w <= n]
+    starts = starts[text_of[starts] == text_of[starts + w - 1]]
+    if starts.size == 0 or index.window_hash.size == 0:
         return []
-    window_hash = hashes.every_window(w)
-    candidates = _bitmap_candidates(index.question_filter, window_hash)
-    candidates = candidates[text_of[candidates] == text_of[candidates + w - 1]]
-    found = np.searchsorted(index.window_hash, window_hash[candidates])
-    found = np.minimum(found, index.window_hash.size - 1)
-    exact = index.window_hash[found] == window_hash[candidates]
+    window_hash = hashes.windows(starts, w)
+    found = np.minimum(np.searchsorted(index.window_hash, window_hash), index.window_hash.size - 1)
+    exact = index.window_hash[found] == window_hash
     spans = []
-    for start, k in zip(candidates[exact], found[exact]):
+    for start, k in zip(starts[exact], found[exact]):
         item, pos = int(index.window_item[k]), int(index.window_pos[k])
-        if _decode(codes[start : start + w]) == index.question_normal[item][pos : pos + w]:
+        if _decode(codes[start : start + w]) == index.questions[item][pos : pos + w]:
             spans.append((int(start), int(start) + w, "question", item))
     return spans
 
 
-def _phrase_spans(codes, text_of, hashes: _PrefixHash, index: LeakageIndex) -> list:
+def _phrase_spans(codes, text_of, hashes: _PrefixHash, index: "LeakageIndex | RawForm",
+                  candidates: np.ndarray | None = None, prefix: np.ndarray | None = None) -> list:
+    """The whole phrases in ``codes``; ``candidates`` and ``prefix``: the positions the bitmap
+    let through and every position's prefix hash, where the caller has looked them up already."""
     m = index.prefix_chars
     if codes.size < m or index.prefix_hash.size == 0:
         return []
     n = codes.size
-    prefix = hashes.every_window(m)
-    candidates = _bitmap_candidates(index.prefix_filter, prefix)
+    if candidates is None:
+        prefix = hashes.every_window(m)
+        candidates = _bitmap_candidates(index.prefix_filter, prefix)
     found = np.minimum(np.searchsorted(index.prefix_hash, prefix[candidates]), index.prefix_hash.size - 1)
     exact = index.prefix_hash[found] == prefix[candidates]
     candidates, found = candidates[exact], found[exact]
@@ -931,24 +1360,25 @@ def _phrase_spans(codes, text_of, hashes: _PrefixHash, index: LeakageIndex) -> l
     match = hashes.windows(at, length) == index.phrase_hash[phrase]
     spans = []
     for start, k in zip(at[match], phrase[match]):
-        text = index.phrase_normal[k]
+        text = index.phrases[k]
         if _decode(codes[start : start + len(text)]) == text:
             kind = "question" if index.phrase_is_question[k] else "option"
             spans.append((int(start), int(start) + len(text), kind, int(index.phrase_item[k])))
     return spans
 
 
-def _near_spans(codes, text_of, hashes: _PrefixHash, index: LeakageIndex, exact: list) -> list:
+def _near_spans(codes, text_of, hashes: _PrefixHash, index: LeakageIndex, exact: list,
+                grams: tuple[np.ndarray, np.ndarray], pieces: tuple[np.ndarray, np.ndarray]) -> list:
     """Near copies of question windows and long phrases, from seeds (see the module docstring).
 
     A seed inside an exact match, and a candidate whose whole extent is, are skipped: they could
     only widen that hit (by less than a seed), and skipping keeps the verification count near the
     number of real near copies. The scrub stays consistent with this: once the exact match is
-    cut, what is left beside the marker is shorter than a seed plus its edits.
+    cut, what is left beside the marker is shorter than a seed plus its edits. ``grams``: the
+    positions and hashes of the text's question 10-grams (``_gram_starts``), templates included;
+    ``pieces``: those of the phrases' pieces.
     """
-    n = codes.size
-    seeds = [_seed_pairs(hashes, text_of, n, _QUESTION_SEED, index.seed_filter, index.seed_hash),
-             _seed_pairs(hashes, text_of, n, _PIECE, index.piece_filter, index.piece_hash)]
+    seeds = [_seed_pairs(*grams, index.seed_hash), _seed_pairs(*pieces, index.piece_hash)]
     if not any(at.size for at, _ in seeds):  # the usual case
         return []
     # the exact matches as sorted, disjoint runs: [run_begin[r], run_end[r])
@@ -999,17 +1429,12 @@ def _near_spans(codes, text_of, hashes: _PrefixHash, index: LeakageIndex, exact:
     return spans
 
 
-def _seed_pairs(hashes: _PrefixHash, text_of, n: int, length: int, bitmap, sorted_hashes):
-    """(text position, index entry) for every window of ``length`` whose hash is in the index."""
-    if n < length or sorted_hashes.size == 0:
+def _seed_pairs(at: np.ndarray, wanted: np.ndarray, sorted_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(text position, index entry) for every gram at ``at`` (hash ``wanted``) in ``sorted_hashes``;
+    a hash may have several entries, and one that has none (a template 10-gram) gives no pair."""
+    if at.size == 0 or sorted_hashes.size == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    window_hash = hashes.every_window(length)
-    at = _bitmap_candidates(bitmap, window_hash)
-    at = at[text_of[at] == text_of[at + length - 1]]
-    wanted = window_hash[at]
     lo = np.searchsorted(sorted_hashes, wanted, side="left")
-    present = sorted_hashes[np.minimum(lo, sorted_hashes.size - 1)] == wanted  # most are not
-    at, lo, wanted = at[present], lo[present], wanted[present]
     count = np.searchsorted(sorted_hashes, wanted, side="right") - lo
     pairs_at = np.repeat(at, count)
     entry = np.repeat(lo, count) + (np.arange(pairs_at.size) - np.repeat(np.cumsum(count) - count, count))

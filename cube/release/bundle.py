@@ -5,7 +5,9 @@ C-Eval or CMMLU, whose licences (CC BY-NC-SA 4.0) forbid it. Records carry an it
 ``qhash`` only; the one free-text column (a generation) may quote the item, so it is scrubbed
 against the record's own item, and the scrubbed records must then pass the leakage audit against
 every item before anything is written (a model may quote another item, which the scrub cannot
-know to remove). Layout of ``BUNDLE/``::
+know to remove). Scrub and audit apply their rules to the normal form and to the text as written
+(the raw form: a LaTeX option the normal form shortens below its minimum is still an option;
+``cube.records.leakage``). Layout of ``BUNDLE/``::
 
     records/                      scrubbed Parquet shards + their MANIFEST.json (cube.records.store)
     runs/<model>.runlog.jsonl     each model's run log (versions, run times) where present; kept
@@ -288,7 +290,8 @@ def audit_table(table: pa.Table, index: leakage.LeakageIndex) -> list[RowHit]:
 def _audit_batch(
     batch: pa.RecordBatch, columns: Sequence[str], index, first_row: int, where: str
 ) -> list[RowHit]:
-    """Audit each column's distinct values once and report every row holding a leaking one."""
+    """Audit each column's distinct values once and report every row holding a leaking one, in
+    both forms (``leakage.audit_texts``): the identifier floor holds for either form's phrases."""
     check_id_forms(batch, where, first_row)
     uids = batch.column("uid").to_pylist()
     hits = []

@@ -148,6 +148,17 @@ def naive_normal_form(text: str) -> tuple[str, list[int]]:
     return "".join(chars), offsets
 
 
+def naive_raw_form(text: str) -> tuple[str, list[int]]:
+    """The raw form's reference: NFKC one character at a time, whitespace and invisible dropped."""
+    chars, offsets = [], []
+    for i, char in enumerate(text):
+        for part in unicodedata.normalize("NFKC", char):
+            if not part.isspace() and unicodedata.category(part) not in ("Cc", "Cf"):
+                chars.append(part)
+                offsets.append(i)
+    return "".join(chars), offsets
+
+
 def test_normal_form_matches_a_per_character_reference(items):
     texts = [every_disguise(item.question) for item in items[::400]]
     texts += ["xﬁy½ Ｃａｆé\u0301 ㈱①", "", "  \n\t", "\u3000ＡＢＣ，ａｂｃ。"]
@@ -256,7 +267,9 @@ def test_a_whole_short_question_is_caught_but_not_one_below_the_minimum(items, i
     first, end = kept_range(leak)
     assert [(h.kind, h.item_uid, h.offset, h.n_chars) for h in hits] == [
         ("question", item.uid, 3 + first, end - first)], hits
-    tiny = [i.question for i in short_questions(items, 4, leakage.MIN_QUESTION_CHARS)][:30]
+    # short in the raw form as well (punctuation and brackets count there: see the raw-form tests)
+    tiny = [i.question for i in short_questions(items, 4, leakage.MIN_QUESTION_CHARS)
+            if len(naive_raw_form(i.question)[0]) < leakage.MIN_QUESTION_CHARS][:30]
     assert tiny
     quiet = [t for t in tiny if not contains_phrase(index, t)]
     assert quiet and audit_texts(["ok" + sep + t + sep for t in quiet], index) == []
@@ -292,7 +305,8 @@ def test_a_19_character_span_is_not_a_leak_but_its_20_character_extension_is(ite
 
 def test_short_real_options_are_ignored_and_the_threshold_is_what_ignores_them(items, sep):
     index = build_index(items)
-    short = sorted({o.strip() for item in items for o in item.options if 2 <= len(normal(o)) < 4})[:50]
+    short = sorted({o.strip() for item in items for o in item.options if 2 <= len(normal(o)) < 4
+                    and len(naive_raw_form(o)[0]) < leakage.RAW_MIN_OPTION_CHARS})[:50]
     assert short
     text = sep.join(["ok", *short, "ok"])
     assert audit_texts([text], index) == []
@@ -373,16 +387,19 @@ def test_markup_decoded_in_a_few_texts_of_a_batch_keeps_every_offset(items, inde
 
 
 def naive_audit(texts, index) -> dict[int, int]:
-    """{text: offset of the first leaked character}: a window set and ``in`` over every phrase."""
-    windows = {q[i : i + index.window] for q in index.question_normal
-               for i in range(len(q) - index.window + 1)}
+    """{text: offset of the first leaked character}: a window set and ``in`` over every phrase,
+    in the normal form and in the raw form (the reference's own, ``naive_raw_form``)."""
+    forms = [(lambda t: normalize_for_match(t), index.question_normal, index.phrase_normal),
+             (naive_raw_form, index.raw.questions, index.raw.phrases)]
     first = {}
-    for k, text in enumerate(texts):
-        norm, source = normalize_for_match(text)
-        starts = [i for i in range(len(norm) - index.window + 1) if norm[i : i + index.window] in windows]
-        starts += [norm.find(p) for p in index.phrase_normal if p in norm]
-        if starts:
-            first[k] = int(source[min(starts)])
+    for form, questions, phrases in forms:
+        windows = {q[i : i + index.window] for q in questions for i in range(len(q) - index.window + 1)}
+        for k, text in enumerate(texts):
+            norm, source = form(text)
+            starts = [i for i in range(len(norm) - index.window + 1) if norm[i : i + index.window] in windows]
+            starts += [norm.find(p) for p in phrases if p in norm]
+            if starts:
+                first[k] = min(first.get(k, len(text)), int(source[min(starts)]))
     return first
 
 
@@ -649,3 +666,129 @@ def test_every_question_in_traditional_characters_has_the_normal_form_of_the_ori
     changed = sum(traditional(i.question) != i.question for i in sample)
     assert changed > len(sample) // 2, changed
     assert differ <= len(sample) // 200, (differ, len(sample))
+
+
+# --- the raw form: the rules applied to the text as written (issue 22, section 4) ----------------
+#
+# The archive held LaTeX quotes the normal form shortened below its thresholds: options such as
+# "$\frac{a}{b}$" (14-15 characters as written, 3 normalised) and a 20-character question span
+# with \angle, ^{\circ}, "$" and braces (7 normalised). These items are invented, not CMMLU's.
+
+LATEX_QUESTION = "自编题：在三角形ABC中,$\\angle A=30^{\\circ}$,且$\\frac{a}{b}=\\frac{5}{12}$,求边长b与c之比"
+LATEX_OPTIONS = ("$\\frac{5}{12}$", "$\\sqrt{3}$", "$\\alpha$", "$\\frac{7}{13}+1$")
+PUNCTUATED_QUESTION = "自编题：甲,乙,丙,丁,戊,己,庚,辛,壬,癸,这十个字里排在第三位的是哪一个"
+
+
+def latex_items() -> list[ItemText]:
+    return [ItemText("own/latex/test/0", LATEX_QUESTION, LATEX_OPTIONS),
+            ItemText("own/plain/test/1", PUNCTUATED_QUESTION, ("第三个字", "第五个字", "第七个字", "第九个字"))]
+
+
+def hits_of(texts, index) -> list[tuple]:
+    return [(h.text, h.offset, h.n_chars, h.kind, h.item_uid) for h in audit_texts(texts, index)]
+
+
+def test_a_latex_option_counts_as_written_though_its_normal_form_is_short():
+    index = build_index(latex_items())
+    option = LATEX_OPTIONS[0]
+    text = "所以答案是" + option + "。"
+    assert hits_of([text], index) == [(0, 5, len(option), "raw-option", "own/latex/test/0")]
+    assert len(normal(option)) < leakage.MIN_OPTION_CHARS <= leakage.RAW_MIN_OPTION_CHARS <= len(option)
+    # spaces, a line break or full-width ASCII inside do not hide it (NFKC, whitespace dropped)
+    spaced = "答：$ \\frac{5}\n{12} $"
+    assert hits_of([spaced], index) == [(0, 2, len(spaced) - 2, "raw-option", "own/latex/test/0")]
+    assert [h[3] for h in hits_of([full_width(option)], index)] == ["raw-option"]
+    # an option every tenth item has (a stock answer, here written with and without a full stop)
+    # is not a leak in either form
+    stock = [ItemText(f"own/stock/test/{k}", f"自编题第{k}号：下列哪一项是这个虚构方程的解呢",
+                      ("$\\frac{1}{9}$" + ("。" if k % 2 else ""), f"选项{k}甲", f"选项{k}乙", "x"))
+             for k in range(leakage.STOCK_ITEMS)]
+    assert hits_of(["解得$\\frac{1}{9}$。"], build_index(stock)) == []
+    assert [h[3] for h in hits_of(["解得$\\frac{1}{9}$。"], build_index(stock[:3]))] == ["raw-option"]
+
+
+def test_twenty_characters_of_a_question_as_written_count_though_fewer_survive_the_normal_form():
+    index = build_index(latex_items())
+    raw, offsets = naive_raw_form(LATEX_QUESTION)
+    at = raw.index("$\\angle")
+    span = LATEX_QUESTION[offsets[at] : offsets[at + leakage.WINDOW - 1] + 1]  # holds a space
+    assert len(naive_raw_form(span)[0]) == leakage.WINDOW and len(normal(span)) < 10, len(normal(span))
+    assert hits_of(["引用" + span + "。"], index) == [(0, 2, len(span), "raw-question", "own/latex/test/0")]
+    assert hits_of(["引用" + span[:-1] + "。"], index) == []  # 19 characters as written
+    # punctuation counts as written too: 20 characters, 10 of them commas, 10 normalised
+    at = PUNCTUATED_QUESTION.index("甲")
+    span = PUNCTUATED_QUESTION[at : at + leakage.WINDOW]
+    assert len(normal(span)) == 10
+    assert hits_of([span], index) == [(0, 0, 20, "raw-question", "own/plain/test/1")]
+    assert hits_of([span[:-1]], index) == []
+
+
+def test_a_single_symbol_written_in_latex_is_no_leak_but_two_symbols_are():
+    """"$\\alpha$" has 8 characters as written but is one symbol, as "α" is: it identifies no
+    item, and the harness would cut every alpha of every chain of thought if it counted."""
+    index = build_index(latex_items())
+    alpha, root = LATEX_OPTIONS[2], LATEX_OPTIONS[1]
+    assert hits_of([f"取显著性水平{alpha}。"], index) == []
+    assert hits_of([f"结果是{root}。"], index) == [(0, 3, len(root), "raw-option", "own/latex/test/0")]
+    assert len(alpha) == leakage.RAW_MIN_OPTION_CHARS and len(normal(alpha)) == 1
+    assert len(normal(root)) == leakage.RAW_MIN_SYMBOLS
+    # the scrub applies the same rule to the item's own generation
+    text = f"设{alpha}为角，则答案为{root}。"
+    result = scrub(text, LATEX_QUESTION, LATEX_OPTIONS)
+    assert result.text == f"设{alpha}为角，则答案为{MARKER}。" and result.n_removed_spans == 1
+
+
+def test_the_scrub_removes_the_own_items_text_as_written():
+    at = LATEX_QUESTION.index("$\\angle")
+    span = LATEX_QUESTION[at : at + 24]  # 23 characters as written
+    option = LATEX_OPTIONS[0]
+    text = f"由题意{span}得{option}，即{option}。"
+    result = scrub(text, LATEX_QUESTION, LATEX_OPTIONS)
+    assert result.text == f"由题意{MARKER}得{MARKER}，即{MARKER}。", result.n_removed_spans
+    assert (result.n_removed_spans, result.n_removed_chars) == (3, 24 + 2 * len(option))
+    own = build_index([ItemText("own", LATEX_QUESTION, LATEX_OPTIONS)])
+    assert audit_texts([result.text], own) == []
+    # with the index, a LaTeX option of ANOTHER item is removed too, and the text then passes
+    index = build_index(latex_items() + [ItemText("own/other/test/2", "自编题：另一道虚构的题目的题干，与上题无关联", ("$\\frac{11}{17}$", "甲乙丙丁", "x", "y"))])
+    quoting = scrub("另一题的答案$\\frac{11}{17}$。", PUNCTUATED_QUESTION, ("第三个字",), index=index)
+    assert quoting.text == f"另一题的答案{MARKER}。" and quoting.n_other_item_spans == 1
+    assert audit_texts([quoting.text], index) == []
+
+
+def test_a_quote_that_begins_inside_a_latex_command_is_caught():
+    """A quote that starts after a command's backslash reads ``alpha...`` where the normal form
+    of the question has α: only the raw form holds it, and it has no character whose forms
+    differ, so the raw lookups must read such texts too (build_index checks for these)."""
+    question = "自编题：已知\\alpha2357111317192329313741434753596167是一列数的开头，问下一项"
+    items = [ItemText("own/cmd/test/0", question, ("71", "73", "79", "83"))]
+    quote = question[question.index("alpha") :][: leakage.WINDOW]
+    assert all(c.isascii() and c.isalnum() for c in quote)
+    assert hits_of(["他写了" + quote + "。"], build_index(items)) == [(0, 3, 20, "raw-question", "own/cmd/test/0")]
+    assert hits_of([quote], build_index(items)) == [(0, 0, 20, "raw-question", "own/cmd/test/0")]
+
+
+def raw_only_options(items, index):
+    """(item, option) for real options counted only as written: >= 8 characters as written,
+    below the normal minimum, of >= 2 symbols, and not stock (in the raw index)."""
+    countable = set(index.raw.phrases)
+    return [(item, option) for item in items for option in item.options
+            if len(normal(option)) < leakage.MIN_OPTION_CHARS
+            and naive_raw_form(option)[0] in countable]
+
+
+def test_real_latex_options_are_caught_as_written_and_single_symbols_are_not(items, index, sep):
+    found = raw_only_options(items, index)
+    assert len(found) >= 50, len(found)
+    owners: dict[str, set] = {}
+    for item, option in found:
+        owners.setdefault(naive_raw_form(option)[0], set()).add(item.uid)
+    texts = ["思考：" + sep + option + sep + "。" for _, option in found]
+    hits = audit_texts(texts, index)
+    assert sorted({h.text for h in hits}) == list(range(len(found))), (len(hits), len(found))
+    wrong = [h.text for h in hits if h.kind != "raw-option"
+             or h.item_uid not in owners[naive_raw_form(found[h.text][1])[0]]]
+    assert wrong == [], len(wrong)
+    single = [o for i in items for o in i.options
+              if len(naive_raw_form(o)[0]) >= leakage.RAW_MIN_OPTION_CHARS and len(normal(o)) == 1]
+    assert single, "no single-symbol option as long as the raw minimum"
+    assert audit_texts(["思考：" + sep + o + sep for o in single], index) == []

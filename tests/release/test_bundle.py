@@ -13,6 +13,8 @@ import json
 import shutil
 import subprocess
 import tarfile
+import unicodedata
+from collections import Counter
 
 import pyarrow as pa
 import pytest
@@ -709,3 +711,51 @@ def test_the_build_scrubs_a_near_copy_of_the_own_question(bench, tmp_path):
     shipped = read_records(result.bundle / "records").column("generation").to_pylist()
     assert sum(t is not None and MARKER in t for t in shipped) == 1
     assert release.verify_bundle(result.bundle, bench.items, bench.index).ok
+
+
+# ---------------------------------------------------------------------------- the raw form (issue 22.4)
+
+
+def as_written(text: str) -> str:
+    """The raw form, stated independently: NFKC, whitespace and invisible characters dropped."""
+    return "".join(c for c in unicodedata.normalize("NFKC", text)
+                   if not c.isspace() and unicodedata.category(c) not in ("Cc", "Cf"))
+
+
+def latex_option(bench):
+    """(item, option): a real option counted only as written (e.g. a LaTeX fraction of 14
+    characters whose normal form has 3): >= 8 characters as written, 2 or 3 normalised, held by
+    that one item only and not a stock answer in the normal form either."""
+    by_raw: dict[str, list] = {}
+    by_normal: Counter = Counter()
+    for item in bench.items:
+        by_normal.update({normal(o) for o in item.options} | {normal(item.question)})
+        for option in item.options:
+            by_raw.setdefault(as_written(option), []).append((item, option))
+    own = {i.uid for i in bench.own}
+    return next(pairs[0] for raw, pairs in by_raw.items()
+                if len(raw) >= 8 and 2 <= len(normal(pairs[0][1])) < leakage.MIN_OPTION_CHARS
+                and len(pairs) == 1 and by_normal[normal(pairs[0][1])] < leakage.STOCK_ITEMS
+                and pairs[0][0].uid not in own)
+
+
+def test_the_audit_and_the_build_find_a_latex_option_of_another_item_as_written(bench, tmp_path):
+    item, option = latex_option(bench)
+    generation = "推导得出" + option + "。"
+    hits = release.audit_table(table(rows_for(bench.own[0], DEMO_MODEL, generation)), bench.index)
+    assert [(h.column, h.hit.kind, h.hit.item_uid, h.hit.offset, h.hit.n_chars) for h in hits] == [
+        ("generation", "raw-option", item.uid, 4, len(option))], [release.describe_hit(h) for h in hits]
+    with pytest.raises(RecordsError) as caught:
+        build(tmp_path, bench, Quiet([None, generation, None]))
+    message = str(caught.value)
+    assert "refusing to build" in message and f"item={item.uid}" in message and "kind=raw-option" in message
+    assert leftovers(tmp_path / "out") == [], "a refused build left files behind"
+
+
+def test_scrub_records_removes_a_latex_option_of_the_own_item_as_written(bench):
+    item, option = latex_option(bench)
+    before = table(rows_for(item, DEMO_MODEL, "解：" + option + "，故选之。"))
+    after, stats = release.scrub_records(before, bench.items)
+    assert [g for g in after.column("generation").to_pylist() if g is not None] == [f"解：{MARKER}，故选之。"]
+    assert (stats.n_changed, stats.n_spans, stats.n_chars) == (1, 1, len(option))
+    assert release.audit_table(after, bench.index) == []
