@@ -359,6 +359,11 @@ def _normal_form_table() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
     Built once per process (about a quarter second) so that normalising is three array lookups.
     """
+    return _table_of(_normal_char)
+
+
+def _table_of(form) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start, length, flat) of ``form`` (one character -> its form, a string) at every code point."""
     size = sys.maxunicode + 1
     length = np.ones(size, dtype=np.uint8)
     start = np.arange(size, dtype=np.int64)  # identity: flat[cp] == cp
@@ -367,16 +372,13 @@ def _normal_form_table() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         char = chr(cp)
         if unicodedata.category(char) in ("Cn", "Cs", "Co"):
             continue
-        normal = _normal_char(char)
-        if normal == char:
+        image = form(char)
+        if image == char:
             continue
-        length[cp] = len(normal)
-        if len(normal) == 1:
+        length[cp] = len(image)
+        if image:
             start[cp] = len(flat)
-            flat.append(ord(normal))
-        elif normal:
-            start[cp] = len(flat)
-            flat.extend(ord(c) for c in normal)
+            flat.extend(ord(c) for c in image)
     return start, length, np.asarray(flat, dtype=np.uint32)
 
 
@@ -467,8 +469,14 @@ def _normal_strings(texts: Sequence[str]) -> list[str]:
     """The normal form of many texts in one vectorised pass (building the index uses ~60k)."""
     sizes = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
     codes, source, _ = _normalize_texts(texts, sizes)
-    counts = np.bincount(np.repeat(np.arange(len(texts)), sizes)[source], minlength=len(texts))
-    joined = codes.tobytes().decode("utf-32-le", "surrogatepass")
+    return _split(codes, source, sizes)
+
+
+def _split(codes: np.ndarray, source: np.ndarray, sizes: np.ndarray) -> list[str]:
+    """The texts of a joined form again: ``source`` maps each code to its original character,
+    ``sizes`` are the original texts' lengths."""
+    counts = np.bincount(np.repeat(np.arange(sizes.size), sizes)[source], minlength=sizes.size)
+    joined = _decode(codes)
     ends = np.cumsum(counts).tolist()
     return [joined[end - count : end] for end, count in zip(ends, counts.tolist())]
 
@@ -479,6 +487,8 @@ def _normal_strings(texts: Sequence[str]) -> list[str]:
 def _raw_char(char: str) -> str:
     """The raw form of one character: NFKC, with whitespace, control and format characters
     (zero-width spaces, joiners) dropped, since a reader does not see them (may be empty)."""
+    if unicodedata.is_normalized("NFKC", char) and not char.isspace() and unicodedata.category(char) not in ("Cc", "Cf"):
+        return char  # the usual case, decided without building a string
     return "".join(part for part in unicodedata.normalize("NFKC", char)
                    if not part.isspace() and unicodedata.category(part) not in ("Cc", "Cf"))
 
@@ -486,25 +496,7 @@ def _raw_char(char: str) -> str:
 @functools.cache
 def _raw_form_table() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per code point, as ``_normal_form_table``: where its raw form starts in ``flat``, how long."""
-    size = sys.maxunicode + 1
-    length = np.ones(size, dtype=np.uint8)
-    start = np.arange(size, dtype=np.int64)  # identity: flat[cp] == cp
-    flat = list(range(size))
-    for cp in range(size):
-        char = chr(cp)
-        category = unicodedata.category(char)
-        if category in ("Cn", "Cs", "Co"):
-            continue
-        if unicodedata.is_normalized("NFKC", char) and not char.isspace() and category not in ("Cc", "Cf"):
-            continue  # the usual case, decided without building a string
-        raw = _raw_char(char)
-        if raw == char:
-            continue
-        length[cp] = len(raw)
-        if raw:
-            start[cp] = len(flat)
-            flat.extend(ord(c) for c in raw)
-    return start, length, np.asarray(flat, dtype=np.uint32)
+    return _table_of(_raw_char)
 
 
 @functools.cache
@@ -545,11 +537,7 @@ def raw_form(text: str) -> str:
 def _raw_strings(texts: Sequence[str]) -> list[str]:
     """The raw form of many texts in one vectorised pass."""
     sizes = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
-    codes, source = _raw_code_points(_code_points(texts))
-    counts = np.bincount(np.repeat(np.arange(len(texts)), sizes)[source], minlength=len(texts))
-    joined = _decode(codes)
-    ends = np.cumsum(counts).tolist()
-    return [joined[end - count : end] for end, count in zip(ends, counts.tolist())]
+    return _split(*_raw_code_points(_code_points(texts)), sizes)
 
 
 # ---------------------------------------------------------------------------- scrub
@@ -750,26 +738,30 @@ class RawForm:
     raw_min_option_chars: int
     n_stock_phrases: int
     questions: list[str]
-    window_hash: np.ndarray
-    window_item: np.ndarray
-    window_pos: np.ndarray
-    # one lookup of every prefix_chars-gram serves windows and phrases: gram_filter holds the
+    windows: tuple[np.ndarray, np.ndarray, np.ndarray]  # hash, item, position; sorted by hash
+    # one lookup of every prefix_chars-gram serves windows and phrases: prefix_filter holds the
     # grams that begin a window (gram_hash, unique and sorted) and the phrases' prefixes
     gram_hash: np.ndarray
     prefix_chars: int
-    phrases: list[str]
-    phrase_is_question: np.ndarray
-    phrase_item: np.ndarray
-    phrase_hash: np.ndarray
-    phrase_len: np.ndarray
-    prefix_filter: np.ndarray  # of gram_hash and prefix_hash
-    prefix_hash: np.ndarray
-    prefix_first: np.ndarray
-    prefix_count: np.ndarray
+    table: "_PhraseTable"
+    prefix_filter: np.ndarray
     # True where the raw lookups must read every text, not only those with a class 1 or 2
     # character (``_char_classes``): set by build_index, which checks that the normal form covers
     # the rest
     every_text: bool = True
+
+    # the names the lookups read (LeakageIndex's)
+    window_hash = property(lambda self: self.windows[0])
+    window_item = property(lambda self: self.windows[1])
+    window_pos = property(lambda self: self.windows[2])
+    phrases = property(lambda self: self.table.texts)
+    phrase_is_question = property(lambda self: self.table.is_question)
+    phrase_item = property(lambda self: self.table.item)
+    phrase_hash = property(lambda self: self.table.hash)
+    phrase_len = property(lambda self: self.table.length)
+    prefix_hash = property(lambda self: self.table.prefix_hash)
+    prefix_first = property(lambda self: self.table.prefix_first)
+    prefix_count = property(lambda self: self.table.prefix_count)
 
     def __repr__(self) -> str:  # never the benchmark text
         return f"<RawForm: {len(self.phrases)} phrases>"
@@ -904,30 +896,22 @@ def build_index(
         for text, is_question in phrases
         if text not in short and text not in stock
     )
-    phrase_normal = [text for text, _, _ in entries]
     prefix_chars = min(min_option_chars, min_question_chars)
-    phrase_hash = _hash_strings(phrase_normal)
-    prefix = _hash_strings(phrase_normal, [prefix_chars] * len(entries))
-    order = np.argsort(prefix, kind="stable")
-    prefix_hash, prefix_first, prefix_count = np.unique(prefix[order], return_index=True, return_counts=True)
-
-    window_hash, window_item, window_pos = _question_windows(questions, window)
-    by_hash = np.argsort(window_hash, kind="stable")
+    table = _phrase_table(entries, prefix_chars)
+    window_hash, window_item, window_pos = _sorted_windows(questions, window)
     seed_hash, seed_item, seed_pos = _question_windows(questions, _QUESTION_SEED)
     gram_hash = np.unique(seed_hash)
     seed_hash, seed_item, seed_pos = _drop_templates(seed_hash, seed_item, seed_pos, stock_items)
-    sorted_normal = [phrase_normal[k] for k in order]
-    sorted_len = np.array([len(t) for t in sorted_normal], dtype=np.int64)
     # a piece's first prefix_chars characters join the phrases' prefixes in one bitmap, so one
     # lookup of every position serves both (where a prefix is no longer than a piece)
     pieces_in_prefix_filter = prefix_chars <= _PIECE
     piece_hash, piece_phrase, piece_offset, piece_gram = _phrase_pieces(
-        sorted_normal, sorted_len, near_min_chars, near_chars_per_edit,
+        table.texts, table.length, near_min_chars, near_chars_per_edit,
         prefix_chars if pieces_in_prefix_filter else _PIECE)
     raw = _raw_form_index(items, questions, all_options, window, raw_min_option_chars,
                           min_question_chars, stock_items)
     raw.every_text = raw_min_option_chars < min_option_chars or not _normal_form_covers(
-        raw, questions, window_hash[by_hash], window_item[by_hash], window_pos[by_hash], set(phrase_normal))
+        raw, questions, window_hash, window_item, window_pos, set(table.texts))
     return LeakageIndex(
         window=window,
         min_option_chars=min_option_chars,
@@ -937,19 +921,20 @@ def build_index(
         n_short_options=len(short),
         n_stock_phrases=len(stock),
         question_normal=questions,
-        window_hash=window_hash[by_hash],
-        window_item=window_item[by_hash],
-        window_pos=window_pos[by_hash],
+        window_hash=window_hash,
+        window_item=window_item,
+        window_pos=window_pos,
         prefix_chars=prefix_chars,
-        phrase_normal=sorted_normal,
-        phrase_is_question=np.array([entries[k][1] for k in order], dtype=bool),
-        phrase_item=np.array([entries[k][2] for k in order], dtype=np.int64),
-        phrase_hash=phrase_hash[order],
-        phrase_len=sorted_len,
-        prefix_filter=_bitmap(np.concatenate([prefix_hash, piece_gram]) if pieces_in_prefix_filter else prefix_hash),
-        prefix_hash=prefix_hash,
-        prefix_first=prefix_first,
-        prefix_count=prefix_count,
+        phrase_normal=table.texts,
+        phrase_is_question=table.is_question,
+        phrase_item=table.item,
+        phrase_hash=table.hash,
+        phrase_len=table.length,
+        prefix_filter=_bitmap(np.concatenate([table.prefix_hash, piece_gram]) if pieces_in_prefix_filter
+                              else table.prefix_hash),
+        prefix_hash=table.prefix_hash,
+        prefix_first=table.prefix_first,
+        prefix_count=table.prefix_count,
         near_min_chars=near_min_chars,
         near_chars_per_edit=near_chars_per_edit,
         question_len=np.array([len(q) for q in questions], dtype=np.int64),
@@ -1019,36 +1004,53 @@ def _raw_form_index(items: list, questions: list[str], all_options: list[str], w
     entries = sorted({(raw, is_question, k) for k, phrases in enumerate(phrases_of_item)
                       for raw, _, is_question in phrases if raw not in stock})
     prefix_chars = min(raw_min_option_chars, min_question_chars)
+    table = _phrase_table(entries, prefix_chars)
+    # the gram that begins each window: windows start at 0 .. len - window
+    gram, gram_item, gram_pos = _question_windows(raw_questions, prefix_chars)
+    gram_hash = np.unique(gram[gram_pos + window <= np.asarray([len(q) for q in raw_questions] or [0])[gram_item]])
+    return RawForm(window, raw_min_option_chars, len(stock), raw_questions, _sorted_windows(raw_questions, window),
+                   gram_hash, prefix_chars, table, _bitmap(np.concatenate([gram_hash, table.prefix_hash])))
+
+
+@dataclass(frozen=True)
+class _PhraseTable:
+    """Phrases sorted by the hash of their first ``prefix_chars`` characters; the phrases of the
+    k-th unique prefix are ``[prefix_first[k] : prefix_first[k] + prefix_count[k]]``."""
+
+    texts: list[str]
+    is_question: np.ndarray
+    item: np.ndarray
+    hash: np.ndarray
+    length: np.ndarray
+    prefix_hash: np.ndarray
+    prefix_first: np.ndarray
+    prefix_count: np.ndarray
+
+
+def _phrase_table(entries: list[tuple[str, bool, int]], prefix_chars: int) -> _PhraseTable:
+    """The (text, is a question, item) entries of one form as the phrase lookups need them."""
     texts = [text for text, _, _ in entries]
     prefix = _hash_strings(texts, [prefix_chars] * len(texts))
     order = np.argsort(prefix, kind="stable")
     prefix_hash, prefix_first, prefix_count = np.unique(prefix[order], return_index=True, return_counts=True)
-    window_hash, window_item, window_pos = _question_windows(raw_questions, window)
-    by_hash = np.argsort(window_hash, kind="stable")
-    # the gram that begins each window: windows start at 0 .. len - window
-    gram, gram_item, gram_pos = _question_windows(raw_questions, prefix_chars)
-    gram_hash = np.unique(gram[gram_pos + window <= np.asarray([len(q) for q in raw_questions] or [0])[gram_item]])
-    phrases = [texts[k] for k in order]
-    return RawForm(
-        window=window,
-        raw_min_option_chars=raw_min_option_chars,
-        n_stock_phrases=len(stock),
-        questions=raw_questions,
-        window_hash=window_hash[by_hash],
-        window_item=window_item[by_hash],
-        window_pos=window_pos[by_hash],
-        gram_hash=gram_hash,
-        prefix_chars=prefix_chars,
-        phrases=phrases,
-        phrase_is_question=np.array([entries[k][1] for k in order], dtype=bool),
-        phrase_item=np.array([entries[k][2] for k in order], dtype=np.int64),
-        phrase_hash=_hash_strings(phrases),
-        phrase_len=np.array([len(t) for t in phrases], dtype=np.int64),
-        prefix_filter=_bitmap(np.concatenate([gram_hash, prefix_hash])),
+    ordered = [texts[k] for k in order]
+    return _PhraseTable(
+        texts=ordered,
+        is_question=np.array([entries[k][1] for k in order], dtype=bool),
+        item=np.array([entries[k][2] for k in order], dtype=np.int64),
+        hash=_hash_strings(ordered),
+        length=np.array([len(t) for t in ordered], dtype=np.int64),
         prefix_hash=prefix_hash,
         prefix_first=prefix_first,
         prefix_count=prefix_count,
     )
+
+
+def _sorted_windows(questions: list[str], window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every ``window``-character window of ``questions``: hash, item, position, sorted by hash."""
+    hashes, item, pos = _question_windows(questions, window)
+    order = np.argsort(hashes, kind="stable")
+    return hashes[order], item[order], pos[order]
 
 
 def _drop_templates(hashes, items, positions, stock_items: int) -> tuple[np.ndarray, ...]:
@@ -1235,6 +1237,7 @@ def _audit_group(texts: list[str], which: np.ndarray, sizes: np.ndarray, first: 
         lengths = sizes[read]
         at = np.repeat(text_start[read] - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
         found += _raw_spans(cps[at], owner[at], at, index.raw, min_phrase_chars)
+    # merged in original offsets: a match both forms find keeps the normal form's kind
     return [
         TextHit(
             text=first + int(which[owner[begin]]),
@@ -1243,7 +1246,7 @@ def _audit_group(texts: list[str], which: np.ndarray, sizes: np.ndarray, first: 
             kind=kind,
             item_uid=index.item_uids[item],
         )
-        for begin, end, kind, item in _merge_original(found)
+        for begin, end, kind, item in _merge_spans(found)
     ]
 
 
@@ -1271,21 +1274,6 @@ def _raw_spans(cps: np.ndarray, owner: np.ndarray, at: np.ndarray | None, raw: R
     spans += [s for s in _phrase_spans(codes, text_of, hashes, raw, candidates, prefix)
               if s[1] - s[0] >= min_phrase_chars]
     return [(int(source[begin]), int(source[end - 1]) + 1, "raw-" + kind, item) for begin, end, kind, item in spans]
-
-
-def _merge_original(spans: list) -> list:
-    """Overlapping spans (in the joined original texts, which no span crosses) become one,
-    named by its first kind in ``KINDS``: a match both forms find keeps the normal form's kind."""
-    merged: list[list] = []
-    for begin, end, kind, item in sorted(spans, key=lambda s: (s[0], _KIND_RANK[s[2]], -s[1])):
-        last = merged[-1] if merged else None
-        if last and begin < last[1]:
-            last[1] = max(last[1], end)
-            if _KIND_RANK[kind] < _KIND_RANK[last[2]]:
-                last[2], last[3] = kind, item
-        else:
-            merged.append([begin, end, kind, item])
-    return [tuple(m) for m in merged]
 
 
 def _decode(codes: np.ndarray) -> str:
@@ -1497,13 +1485,15 @@ def _anchored_distance(pattern: str, text: str, limit: int) -> tuple[int, int] |
 _KIND_RANK = {kind: rank for rank, kind in enumerate(KINDS)}
 
 
-def _merge_spans(spans: list, text_of: np.ndarray) -> list:
-    """Overlapping matches in one text become one hit, named by its first kind in ``KINDS``."""
+def _merge_spans(spans: list, text_of: np.ndarray | None = None) -> list:
+    """Overlapping matches in one text become one hit, named by its first kind in ``KINDS``.
+    ``text_of``: the text of each position, where positions run on across texts (normalised
+    ones); None for positions in the joined original texts, which no match crosses."""
     merged: list[list] = []
     # at one start, the best kind first, then the longest span
     for begin, end, kind, item in sorted(spans, key=lambda s: (s[0], _KIND_RANK[s[2]], -s[1])):
         last = merged[-1] if merged else None
-        if last and begin < last[1] and text_of[begin] == text_of[last[0]]:
+        if last and begin < last[1] and (text_of is None or text_of[begin] == text_of[last[0]]):
             last[1] = max(last[1], end)
             if _KIND_RANK[kind] < _KIND_RANK[last[2]]:
                 last[2], last[3] = kind, item
