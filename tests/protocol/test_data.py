@@ -218,15 +218,18 @@ def test_declared_sizes_are_checked_before_any_member_is_read(tmp_path):
                 for _ in range(255):
                     fh.write(block)
     assert archive.stat().st_size < 2 << 20
-    script = ("import resource, sys\nfrom cube.cli import main\n"
+    # VmHWM is this process image's own peak: ru_maxrss would carry over the forking pytest
+    # process's peak across exec (gigabytes late in a full run), whatever the fetch used
+    script = ("import re, sys\nfrom cube.cli import main\n"
               f"code = main(['data', 'fetch', 'cmmlu', '--from', {str(archive)!r}])\n"
-              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\nsys.exit(code)\n")
+              "status = open('/proc/self/status').read()\n"
+              "print(re.search(r'VmHWM:\\s+(\\d+) kB', status).group(1))\nsys.exit(code)\n")
     env = {**__import__("os").environ, "CUBE_DATA": str(tmp_path / "home")}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith("cube: error: ")
     assert "declare 1,069,547,520 bytes together, more than 256 MiB" in proc.stderr
-    peak_mib = int(proc.stdout.split()[-1]) >> 10  # ru_maxrss is in KiB on Linux
+    peak_mib = int(proc.stdout.split()[-1]) >> 10
     assert peak_mib < 200, f"the refused fetch peaked at {peak_mib} MiB"
     assert not (tmp_path / "home" / "cmmlu").exists()
 
