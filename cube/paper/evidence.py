@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cube.analysis.credit import credit_gap, judgments_from_records
-from cube.analysis.rescore import select
+from cube.analysis.rescore import one_per_item, select
 from cube.analysis.stats import expected_calibration_error, holm_adjust, mcnemar_exact, mcnemar_interval, mcnemar_power
 from cube.paper.claims import CalibrationRatio, CotComparison, LadderGap, WhitespaceEffect
 from cube.records.store import list_matrix
@@ -27,7 +27,11 @@ def _models(table: pa.Table) -> list[str]:
 
 
 def _aligned(a: pa.Table, b: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """The rows of two one-cell slices on their common items, in one uid order."""
+    """The rows of two one-cell slices on their common items, in one uid order: ``pair``'s
+    alignment, for the columns beyond ``correct`` (probs, gold, parse failures) it does not carry.
+    Each slice must hold one record per item, as ``pair`` checks."""
+    one_per_item(a, "A")
+    one_per_item(b, "B")
     common = sorted(set(a.column("uid").to_pylist()) & set(b.column("uid").to_pylist()))
     value_set = pa.array(common)
 
@@ -66,9 +70,10 @@ def whitespace_effects(separate: pa.Table, merged: pa.Table, points: float, alph
             for (model, i, acc_sep, acc_merged, power), ph in zip(raw, holm)]
 
 
-def _ece(probs: np.ndarray, gold: np.ndarray, n_bins: int) -> float:
-    p = probs / probs.sum(axis=1, keepdims=True)
-    return expected_calibration_error(p, gold, n_bins)
+def _option_distribution(table: pa.Table) -> np.ndarray:
+    """``probs`` renormalised in float64 (float32 storage rounding), once per slice."""
+    probs = list_matrix(table, "probs").astype(np.float64)
+    return probs / probs.sum(axis=1, keepdims=True)
 
 
 def calibration_ratios(separate: pa.Table, merged: pa.Table, n_bins: int = 10, B: int = 2000,
@@ -80,15 +85,15 @@ def calibration_ratios(separate: pa.Table, merged: pa.Table, n_bins: int = 10, B
     rng = np.random.default_rng(seed)
     for model in sorted(set(_models(separate)) & set(_models(merged))):
         a, b = _aligned(select(separate, model=model), select(merged, model=model))
-        pa_, pb = list_matrix(a, "probs").astype(np.float64), list_matrix(b, "probs").astype(np.float64)
+        pa_, pb = _option_distribution(a), _option_distribution(b)
         ga, gb = a.column("gold").to_numpy().astype(np.int64), b.column("gold").to_numpy().astype(np.int64)
-        ece_a, ece_b = _ece(pa_, ga, n_bins), _ece(pb, gb, n_bins)
+        ece_a, ece_b = expected_calibration_error(pa_, ga, n_bins), expected_calibration_error(pb, gb, n_bins)
         n = ga.size
         ratios = np.empty(B)
         for r in range(B):
             idx = rng.integers(0, n, n)
-            eb = _ece(pb[idx], gb[idx], n_bins)
-            ratios[r] = _ece(pa_[idx], ga[idx], n_bins) / eb if eb > 0 else np.inf
+            eb = expected_calibration_error(pb[idx], gb[idx], n_bins)
+            ratios[r] = expected_calibration_error(pa_[idx], ga[idx], n_bins) / eb if eb > 0 else np.inf
         lo, hi = np.quantile(ratios, [0.025, 0.975])
         out.append(CalibrationRatio(model, ece_a, ece_b, ece_a / ece_b if ece_b > 0 else float("inf"),
                                     float(lo), float(hi), n_bins, B))
