@@ -41,8 +41,7 @@ from cube.atomic import atomic_write_text
 from cube.checksums import sha256_bytes, sha256_file
 from cube.config import config_dir, load_config
 from cube.errors import ChecksumError, ConfigError, ItemsError, SourceError, WriteError
-
-MANIFEST_NAME = "MANIFEST.json"
+from cube.protocol.installed import MANIFEST_NAME, file_sha256s, installed_manifest
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MAX_FILE_BYTES = 256 << 20  # no benchmark CSV comes near this; a bigger member is not data
 # All of a release's files together (CMMLU's 134 CSVs are about 11 MiB): checked on the sizes an
@@ -265,23 +264,6 @@ def download(url: str, dest: Path, sha256: str | None, benchmark: str = "BENCHMA
 
 # ---- install ------------------------------------------------------------------------------------
 
-def installed_manifest(root: Path) -> dict | None:
-    """The manifest of a folder ``cube data fetch`` installed; None for any other folder."""
-    path = Path(root) / MANIFEST_NAME
-    if not path.is_file():
-        return None
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        files = manifest["files"]
-        if not isinstance(files, dict):
-            raise TypeError("files is not an object")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ItemsError(f"{path}: unreadable data manifest ({exc})") from None
-    except RecursionError:  # JSON nested 200,000 deep
-        raise ItemsError(f"{path}: unreadable data manifest (nested too deep to parse)") from None
-    return manifest
-
-
 def verify_installed(root: Path) -> int:
     """Re-hash every file an installed folder's manifest lists; the count checked."""
     manifest = installed_manifest(root)
@@ -357,12 +339,6 @@ def _parse_all(name: str, root: Path, splits: tuple[str, ...]) -> int:
     from cube.protocol.items import load_items
 
     return len(load_items(name, root, splits=splits))
-
-
-def file_sha256s(root: Path) -> dict[str, str] | None:
-    """What the loaders check each CSV against: the install's manifest, keyed by relative path."""
-    manifest = installed_manifest(root)
-    return None if manifest is None else dict(manifest["files"])
 
 
 __all__ = ["BenchmarkRelease", "fetch", "release", "releases", "verify_installed",

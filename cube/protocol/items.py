@@ -25,6 +25,7 @@ import numpy as np
 from cube.checksums import sha256_bytes
 from cube.config import REPO_ROOT
 from cube.errors import ChecksumError, ConfigError, ItemsError
+from cube.protocol.installed import MANIFEST_NAME, file_sha256s
 
 ANSWER_LETTERS = ("A", "B", "C", "D")
 CMMLU_HEADER = ["", "Question", "A", "B", "C", "D", "Answer"]
@@ -205,8 +206,6 @@ class _RecordedHashes:
     """
 
     def __init__(self, root: Path) -> None:
-        from cube.protocol.data import MANIFEST_NAME, file_sha256s
-
         self.root, self.manifest = Path(root), Path(root) / MANIFEST_NAME
         self.hashes = file_sha256s(self.root)
 
