@@ -360,7 +360,7 @@ def test_results_do_not_depend_on_how_texts_are_batched(items, index, monkeypatc
     _, span = pick_span(items, 24)
     texts = [f"第{k}条普通输出" + (sep + every_disguise(span) if k % 7 == 3 else "") for k in range(40)]
     whole = audit_texts(texts, index)
-    monkeypatch.setattr(leakage, "_TEXTS_PER_BATCH_CHARS", 50)
+    monkeypatch.setattr(leakage.audit, "_TEXTS_PER_BATCH_CHARS", 50)
     assert audit_texts(texts, index) == whole
     assert [h.text for h in whole] == [k for k in range(40) if k % 7 == 3]
 
