@@ -1,0 +1,462 @@
+"""Why two protocol slices disagree, item by item: ``cube explain A B``.
+
+Harness users ask why OpenCompass and lm-eval (or cube) give one model different scores, and are
+answered in general terms: prompts, shots, parsing, micro against macro. The records hold the
+answer per item, so this module computes it.
+
+**Slices.** ``STORE[:SELECT]``, where ``SELECT`` is ``FIELD=VALUE`` terms joined by commas::
+
+    SELECT := TERM ("," TERM)*      TERM := FIELD "=" VALUE
+    FIELD  := model | scorer | label_set | context | shots | order | agg
+
+The record fields narrow the store to one protocol cell (a selection matching several cells
+is refused, naming what still varies); ``agg`` (``micro``, the default, or ``macro``) is how that
+side's headline score averages its items: pooled, or the mean of its subjects' accuracies.
+
+**The gap** is ``score(B) - score(A)``, each on its own items under its own aggregation, in
+exact fractions. It is split into factors along a path that changes one thing at a time: the
+item set (``sample``: A's items to B's), the aggregation, and the outcomes of the discordant
+common items, each switched from A's to B's in a class of its own cause. The steps telescope,
+so the factors sum to the gap exactly. The outcome classes are linear in a fixed item set and
+aggregation, so their order does not matter among themselves; the three stages' order does,
+and every factor's spread over the 6 orders is reported as its order effect.
+
+An item's cause is read off its two records, in this order: a parse failure on either side
+(generation); a tie that decided it (the top score shared with the gold option: in a cell the
+audit calls degenerate, the tie-break answers every item); else the protocol difference between
+the slices (:mod:`cube.analysis.explain_protocol`): the model, the prompt's bytes (the full text
+with placeholders, shots and option order), the label's tokenization (the same text split or
+tokenized differently, or label tokens that differ in the records), the scorer's normalisation.
+Where exactly one of those differs it carries the items; where none does, or several do, or a
+store does not say, the items are the ``remainder``, with the reason ("not identifiable from
+these records") rather than a guess.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cube.analysis.explain_protocol import Protocol, describe, prompt_diff
+from cube.analysis.rescore import CELL_COLUMNS, pair, select
+from cube.analysis.stats import clustered_bootstrap_ci, mcnemar_exact
+from cube.errors import ConfigError
+from cube.records.store import group_ids, list_matrix
+
+SELECT_FIELDS = ("model", "scorer", "label_set", "context", "shots", "order", "agg")
+AGGREGATIONS = ("micro", "macro")
+STAGES = ("sample", "aggregation", "outcomes")
+PROTOCOL_FACTORS = ("model", "prompt_bytes", "label_tokenization", "scorer_normalisation")
+FACTORS = ("sample", "aggregation", "parse_failure", "tie_break", *PROTOCOL_FACTORS, "remainder")
+NOT_IDENTIFIABLE = "not identifiable from these records"
+
+
+# --------------------------------------------------------------------------------------------
+# Slices
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SliceSpec:
+    """A parsed ``STORE[:SELECT]``: checked before any record is read."""
+
+    text: str
+    store: Path
+    filters: dict[str, Any]
+    aggregation: str
+
+
+def parse_slice(text: str) -> SliceSpec:
+    """Parse ``STORE[:SELECT]``; a bad term is one line naming it. The text after the last colon
+    is a selection where it holds ``=`` (a colon in a folder's name stays part of the store)."""
+    store, sep, select_text = text.rpartition(":")
+    if not sep or (select_text and "=" not in select_text):
+        if sep and Path(store).is_dir() and not Path(text).exists():  # STORE:scorer, = forgotten
+            raise ConfigError(f"slice {text!r}: {select_text!r} is not FIELD=VALUE")
+        store, select_text = text, ""
+    if not store:
+        raise ConfigError(f"slice {text!r}: no store before ':'")
+    filters: dict[str, Any] = {}
+    aggregation = "micro"
+    seen: set[str] = set()
+    for term in filter(None, select_text.split(",")):
+        name, eq, value = term.partition("=")
+        name = name.strip().replace("-", "_")
+        value = value.strip()
+        if not eq or not value:
+            raise ConfigError(f"slice {text!r}: {term!r} is not FIELD=VALUE")
+        if name not in SELECT_FIELDS:
+            raise ConfigError(f"slice {text!r}: unknown field {name!r}; fields: {', '.join(SELECT_FIELDS)}")
+        if name in seen:
+            raise ConfigError(f"slice {text!r}: field {name!r} given twice")
+        seen.add(name)
+        if name == "agg":
+            if value not in AGGREGATIONS:
+                raise ConfigError(f"slice {text!r}: agg={value!r}; one of {', '.join(AGGREGATIONS)}")
+            aggregation = value
+        elif name == "shots":
+            if not value.isdigit():
+                raise ConfigError(f"slice {text!r}: shots={value!r} is not a whole number")
+            filters[name] = int(value)
+        else:
+            filters[name] = value
+    return SliceSpec(text, Path(store), filters, aggregation)
+
+
+def one_cell(table: pa.Table, spec: SliceSpec) -> pa.Table:
+    """The records of the one cell ``spec`` selects; one line where a value matches nothing or
+    the selection spans several cells (naming the field and values that still vary)."""
+    for name, value in spec.filters.items():
+        present = sorted({str(v) for v in pc.unique(table.column(name)).to_pylist()})
+        if str(value) not in present:
+            raise ConfigError(f"slice {spec.text!r}: no records have {name}={value}; {name} here: "
+                              f"{', '.join(present[:12])}{' ...' if len(present) > 12 else ''}")
+    sliced = select(table, **spec.filters)
+    if sliced.num_rows == 0:
+        raise ConfigError(f"slice {spec.text!r}: no records match {spec.filters}")
+    _, keys = group_ids(sliced, CELL_COLUMNS)
+    if len(keys) > 1:
+        varying = [(n, sorted({str(k[i]) for k in keys})) for i, n in enumerate(CELL_COLUMNS)
+                   if len({k[i] for k in keys}) > 1]
+        hint = "; ".join(f"{n}={'|'.join(v[:6])}{'|...' if len(v) > 6 else ''}" for n, v in varying)
+        raise ConfigError(f"slice {spec.text!r} matches {len(keys)} cells; narrow it with {hint}")
+    return sliced
+
+
+def cell_of(table: pa.Table) -> dict[str, Any]:
+    """The protocol cell of a one-cell slice."""
+    row = table.slice(0, 1).select(list(CELL_COLUMNS)).to_pylist()[0]
+    return {n: row[n] for n in CELL_COLUMNS}
+
+
+# --------------------------------------------------------------------------------------------
+# The decomposition
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Side:
+    """One slice, ready to compare: its records (one cell), aggregation and protocol."""
+
+    name: str  # the slice as given
+    table: pa.Table
+    aggregation: str
+    protocol: Protocol
+
+
+@dataclass(frozen=True)
+class Factor:
+    name: str
+    share: Fraction  # of the gap, along the fixed path (sample, aggregation, outcomes)
+    low: Fraction  # the least and most this factor takes over the 6 orders of the stages
+    high: Fraction
+    items: int  # discordant common items whose cause it is (outcome factors)
+    status: str  # "identified" | "no difference" | NOT_IDENTIFIABLE (its share is in the remainder)
+    detail: str
+
+
+@dataclass(frozen=True)
+class Explanation:
+    cell_a: dict[str, Any]
+    cell_b: dict[str, Any]
+    aggregation_a: str
+    aggregation_b: str
+    n_a: int
+    n_b: int
+    n_common: int
+    score_a: Fraction
+    score_b: Fraction
+    gap: Fraction  # score_b - score_a
+    table2x2: dict[str, int]  # both_right, only_a, only_b, both_wrong (common items)
+    mcnemar_p: float
+    bootstrap: dict[str, float]  # B - A on the common items (micro), item-clustered
+    factors: list[Factor]
+    protocol: dict[str, dict[str, Any]]  # per dimension: status, a, b
+    prompt_diff: list[str]
+    subjects: list[dict[str, Any]] = field(default_factory=list)
+
+    def factor(self, name: str) -> Factor:
+        return next(f for f in self.factors if f.name == name)
+
+
+def _score(in_set: np.ndarray, outcome: np.ndarray, subject: np.ndarray, aggregation: str) -> Fraction:
+    """Accuracy of the items in ``in_set``, pooled (micro) or as the mean of subjects (macro), exact."""
+    n = int(in_set.sum())
+    if n == 0:
+        return Fraction(0)
+    if aggregation == "micro":
+        return Fraction(int(outcome[in_set].sum()), n)
+    sizes = np.bincount(subject[in_set])
+    hits = np.bincount(subject[in_set], weights=outcome[in_set]).round().astype(np.int64)
+    present = np.flatnonzero(sizes)
+    return sum((Fraction(int(hits[s]), int(sizes[s])) for s in present), Fraction(0)) / len(present)
+
+
+def _status(a: Any, b: Any) -> str:
+    if a is None or b is None:
+        return "unknown"
+    return "same" if a == b else "differs"
+
+
+def _label_tokens(table: pa.Table, rows: np.ndarray) -> np.ndarray | None:
+    """First token ids and token counts of each option, per common item; None where not stored."""
+    columns = []
+    for name in ("first_token_ids", "n_tokens"):
+        if name not in table.column_names or table.column(name).null_count > 0:
+            return None
+        columns.append(list_matrix(table.take(pa.array(rows)), name).astype(np.int64))
+    return np.concatenate(columns, axis=1)
+
+
+def compare_protocols(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) -> dict[str, dict[str, Any]]:
+    """Per protocol dimension: same / differs / unknown, with each side's value (placeholders only)."""
+    ca, cb, pa_, pb = cell_of(a.table), cell_of(b.table), a.protocol, b.protocol
+    out: dict[str, dict[str, Any]] = {}
+    out["model"] = {"status": _status(ca["model"], cb["model"]), "a": ca["model"], "b": cb["model"]}
+    text = _status(pa_.full_text(), pb.full_text())
+    if (ca["shots"], ca["order"]) != (cb["shots"], cb["order"]):
+        text = "differs"
+    out["prompt_bytes"] = {"status": text, "a": f"{ca['shots']}-shot, order {ca['order']}, {pa_.harness}",
+                           "b": f"{cb['shots']}-shot, order {cb['order']}, {pb.harness}"}
+    # The text written as the label decides first; then the label tokens the records hold (a
+    # declared tokenization that yields the same tokens changes nothing); then the declared one.
+    tokens_a, tokens_b = _label_tokens(a.table, rows_a), _label_tokens(b.table, rows_b)
+    seen = "unknown"
+    if tokens_a is not None and tokens_b is not None:
+        seen = "same" if tokens_a.shape == tokens_b.shape and bool((tokens_a == tokens_b).all()) else "differs"
+    tokenization = _status(pa_.label_prefix, pb.label_prefix)
+    if tokenization != "differs":
+        tokenization = seen if seen != "unknown" else _status(pa_.tokenization, pb.tokenization)
+    out["label_tokenization"] = {
+        "status": tokenization,
+        "a": f"prefix {pa_.label_prefix!r}, {pa_.tokenization}" if pa_.label_prefix is not None else None,
+        "b": f"prefix {pb.label_prefix!r}, {pb.tokenization}" if pb.label_prefix is not None else None,
+        "records": seen}
+    out["scorer_normalisation"] = {"status": _status(ca["scorer"], cb["scorer"]),
+                                   "a": f"{ca['scorer']}: {pa_.normalisation}",
+                                   "b": f"{cb['scorer']}: {pb.normalisation}"}
+    return out
+
+
+def _decided_by_tie(table: pa.Table, rows: np.ndarray) -> np.ndarray:
+    """Per row: the record's top score is shared and the gold option is among the tied."""
+    sub = table.take(pa.array(rows))
+    tied = sub.column("tied").to_numpy(zero_copy_only=False)
+    if not tied.any():
+        return tied
+    scores = list_matrix(sub, "scores")
+    gold = sub.column("gold").to_numpy().astype(np.int64)
+    gold_top = scores[np.arange(len(rows)), gold] == scores.max(axis=1)
+    return tied & gold_top
+
+
+def _classes(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray, discordant: np.ndarray,
+             protocol: Mapping[str, Mapping[str, Any]]) -> tuple[np.ndarray, dict[str, str]]:
+    """The factor of each common item (None where concordant), and why the protocol items went
+    where they did."""
+    cause = np.full(len(rows_a), None, dtype=object)
+    failed = (a.table.column("parse_failed").to_numpy()[rows_a] | b.table.column("parse_failed").to_numpy()[rows_b])
+    tie = _decided_by_tie(a.table, rows_a) | _decided_by_tie(b.table, rows_b)
+    cause[discordant & failed] = "parse_failure"
+    cause[discordant & ~failed & tie] = "tie_break"
+    rest = discordant & ~failed & ~tie
+    differing = [d for d in PROTOCOL_FACTORS if protocol[d]["status"] == "differs"]
+    unknown = [d for d in PROTOCOL_FACTORS if protocol[d]["status"] == "unknown"]
+    notes: dict[str, str] = {}
+    if len(differing) == 1 and not unknown:
+        cause[rest] = differing[0]
+    elif differing or unknown:
+        cause[rest] = "remainder"
+        parts = [f"the slices differ in {' and '.join(differing)}"] if differing else []
+        if unknown:
+            parts.append(f"the records do not say whether they differ in {' and '.join(unknown)}")
+        notes["remainder"] = f"{NOT_IDENTIFIABLE}: {'; '.join(parts)}"
+        notes.update({d: NOT_IDENTIFIABLE for d in differing + unknown})
+    else:
+        cause[rest] = "remainder"
+        notes["remainder"] = ("the same protocol on both sides: numerical differences (batching, "
+                              "precision) or a difference the records do not show")
+    return cause, notes
+
+
+def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
+    """The gap from slice A to slice B, decomposed; see the module docstring for the path."""
+    paired = pair(a.table, b.table)
+    uid_a = a.table.column("uid").combine_chunks()
+    uid_b = b.table.column("uid").combine_chunks()
+    common = pa.array(paired.uid, type=pa.string())
+    rows_a = pc.index_in(common, value_set=uid_a).to_numpy(zero_copy_only=False).astype(np.int64)
+    rows_b = pc.index_in(common, value_set=uid_b).to_numpy(zero_copy_only=False).astype(np.int64)
+    qa = np.asarray(a.table.column("qhash").to_pylist(), dtype=object)[rows_a]
+    qb = np.asarray(b.table.column("qhash").to_pylist(), dtype=object)[rows_b]
+    if (qa != qb).any():
+        bad = paired.uid[int(np.flatnonzero(qa != qb)[0])]
+        raise ConfigError(f"item {bad} has qhash {qa[qa != qb][0]} in A and {qb[qa != qb][0]} in B: "
+                          "not the same question")
+    ca, cb = paired.correct_a.astype(bool), paired.correct_b.astype(bool)
+    discordant = ca != cb
+    protocol = compare_protocols(a, b, rows_a, rows_b)
+    cause, notes = _classes(a, b, rows_a, rows_b, discordant, protocol)
+
+    # One universe of items: the common ones (in pair's order), then A's own, then B's own.
+    only_a = np.setdiff1d(np.arange(a.table.num_rows), rows_a)
+    only_b = np.setdiff1d(np.arange(b.table.num_rows), rows_b)
+    k = len(rows_a)
+    subject_names = np.concatenate([paired.subject.astype(str),
+                                    np.asarray(a.table.column("subject").to_pylist(), dtype=str)[only_a],
+                                    np.asarray(b.table.column("subject").to_pylist(), dtype=str)[only_b]])
+    names, subject = np.unique(subject_names, return_inverse=True)
+    in_a = np.r_[np.ones(k + len(only_a), bool), np.zeros(len(only_b), bool)]
+    in_b = np.r_[np.ones(k, bool), np.zeros(len(only_a), bool), np.ones(len(only_b), bool)]
+    start = np.r_[ca, a.table.column("correct").to_numpy()[only_a],
+                  b.table.column("correct").to_numpy()[only_b]].astype(np.int64)
+    classes = [f for f in FACTORS if f in set(cause[discordant])]
+
+    def walk(order: Sequence[str]) -> dict[str, Fraction]:
+        in_set, aggregation, outcome = in_a, a.aggregation, start.copy()
+        shares = {f: Fraction(0) for f in FACTORS}
+        for stage in order:
+            if stage == "sample":
+                before = _score(in_set, outcome, subject, aggregation)
+                in_set = in_b
+                shares["sample"] += _score(in_set, outcome, subject, aggregation) - before
+            elif stage == "aggregation":
+                before = _score(in_set, outcome, subject, aggregation)
+                aggregation = b.aggregation
+                shares["aggregation"] += _score(in_set, outcome, subject, aggregation) - before
+            else:
+                for name in classes:
+                    before = _score(in_set, outcome, subject, aggregation)
+                    members = np.flatnonzero(cause == name)
+                    outcome[members] = cb[members]
+                    shares[name] += _score(in_set, outcome, subject, aggregation) - before
+        return shares
+
+    score_a = _score(in_a, start, subject, a.aggregation)
+    end = start.copy()
+    end[:k] = cb
+    score_b = _score(in_b, end, subject, b.aggregation)
+    gap = score_b - score_a
+    fixed = walk(STAGES)
+    spread = [walk(o) for o in itertools.permutations(STAGES)]
+    factors = []
+    for name in FACTORS:
+        values = [s[name] for s in spread]
+        n_items = int((cause == name).sum())
+        status = "identified" if fixed[name] != 0 or n_items else "no difference"
+        detail = ""
+        if name in protocol:
+            detail = f"A {protocol[name]['a']}; B {protocol[name]['b']}"
+            if status == "no difference" and protocol[name]["status"] != "same":
+                status = (NOT_IDENTIFIABLE if notes.get(name) == NOT_IDENTIFIABLE
+                          else "differs; changes no item's outcome")
+        elif name == "sample":
+            detail = f"{len(only_a)} items only in A, {len(only_b)} only in B"
+        elif name == "aggregation":
+            detail = f"A {a.aggregation}, B {b.aggregation}"
+        elif name == "remainder":
+            detail = notes.get("remainder", "")
+        elif name == "tie_break":
+            detail = (f"audit: A {a.protocol.audit_verdict or 'not audited'}, "
+                      f"B {b.protocol.audit_verdict or 'not audited'}")
+        factors.append(Factor(name, fixed[name], min(values), max(values), n_items, status, detail))
+    assert sum((f.share for f in factors), Fraction(0)) == gap  # the path telescopes
+
+    test = mcnemar_exact(ca, cb)
+    boot = clustered_bootstrap_ci(cb, ca, paired.uid, B=B, seed=seed)
+    weights_end = _weights_of(in_b, subject, b.aggregation)
+    subjects = []
+    for s, name in enumerate(names):
+        members = np.flatnonzero(subject[:k] == s)
+        mask_a, mask_b = in_a & (subject == s), in_b & (subject == s)
+        carried = sum((weights_end[i] * (int(cb[i]) - int(ca[i])) for i in members if cb[i] != ca[i]), Fraction(0))
+        subjects.append({"subject": str(name), "n_a": int(mask_a.sum()), "n_b": int(mask_b.sum()),
+                         "n_common": int(members.size),
+                         "acc_a": float(start[mask_a].mean()) if mask_a.any() else None,
+                         "acc_b": float(end[mask_b].mean()) if mask_b.any() else None,
+                         "only_a_right": int((ca[members] & ~cb[members]).sum()),
+                         "only_b_right": int((~ca[members] & cb[members]).sum()),
+                         "carried": carried})
+    subjects.sort(key=lambda r: (-abs(r["carried"]), r["subject"]))
+    return Explanation(
+        cell_of(a.table), cell_of(b.table), a.aggregation, b.aggregation, a.table.num_rows, b.table.num_rows,
+        k, score_a, score_b, gap,
+        {"both_right": int((ca & cb).sum()), "only_a": test.b, "only_b": test.c,
+         "both_wrong": int((~ca & ~cb).sum())},
+        test.p_value, {"delta": boot.delta, "lo": boot.lo, "hi": boot.hi, "B": B, "seed": seed},
+        factors, protocol, prompt_diff(a.protocol, b.protocol), subjects)
+
+
+def _weights_of(in_set: np.ndarray, subject: np.ndarray, aggregation: str) -> list[Fraction]:
+    """Each item's weight in the score of ``in_set`` (0 outside it): the score is linear in them."""
+    n = int(in_set.sum())
+    sizes = np.bincount(subject[in_set], minlength=int(subject.max()) + 1)
+    n_subjects = int((sizes > 0).sum())
+    if aggregation == "micro":
+        return [Fraction(1, n) if inside else Fraction(0) for inside in in_set]
+    return [Fraction(1, n_subjects * int(sizes[s])) if inside else Fraction(0)
+            for inside, s in zip(in_set, subject)]
+
+
+# --------------------------------------------------------------------------------------------
+# From slice specs to an explanation, and its JSON
+# --------------------------------------------------------------------------------------------
+
+FROZEN_AUDIT = Path("data") / "predictions" / "audit_frozen.json"
+
+
+def explain_slices(spec_a: SliceSpec, spec_b: SliceSpec, allow_incomplete: bool = False,
+                   verify: bool = True, B: int = 10_000, seed: int = 0) -> Explanation:
+    """Read both stores (once where they are one), select one cell each, and explain the gap.
+
+    cube's own cells are judged against the frozen tokenizer audit (made before any record); an
+    imported store carries its own audit in its manifest.
+    """
+    from cube.analysis.confirm import model_families
+    from cube.config import REPO_ROOT
+    from cube.records.store import read_manifest, read_records
+    from cube.tokenizers.audit import read_prediction
+
+    frozen_path = REPO_ROOT / FROZEN_AUDIT
+    frozen = read_prediction(frozen_path) if frozen_path.is_file() else None
+    tables: dict[Path, pa.Table] = {}
+    sides = []
+    for name, spec in (("A", spec_a), ("B", spec_b)):
+        key = spec.store.resolve()
+        manifest = read_manifest(spec.store)
+        if key not in tables:
+            tables[key] = read_records(spec.store, verify=verify, allow_incomplete=allow_incomplete)
+        table = one_cell(tables[key], spec)
+        cell = cell_of(table)
+        family = model_families(manifest).get(cell["model"])
+        sides.append(Side(spec.text, table, spec.aggregation, describe(manifest, cell, frozen, family)))
+    return explain(sides[0], sides[1], B=B, seed=seed)
+
+
+def _exact(value: Fraction) -> dict[str, Any]:
+    return {"value": float(value), "exact": f"{value.numerator}/{value.denominator}"}
+
+
+def explanation_json(e: Explanation) -> dict[str, Any]:
+    """The explanation as JSON: every share as a float and as the exact fraction it is."""
+    return {
+        "a": {"cell": e.cell_a, "aggregation": e.aggregation_a, "items": e.n_a, "score": _exact(e.score_a)},
+        "b": {"cell": e.cell_b, "aggregation": e.aggregation_b, "items": e.n_b, "score": _exact(e.score_b)},
+        "items": {"both": e.n_common, "only_a": e.n_a - e.n_common, "only_b": e.n_b - e.n_common},
+        "gap": _exact(e.gap),
+        "paired": {**e.table2x2, "mcnemar_p": e.mcnemar_p, "bootstrap_b_minus_a": e.bootstrap},
+        "factors": [{"name": f.name, "share": _exact(f.share), "order_low": _exact(f.low),
+                     "order_high": _exact(f.high), "items": f.items, "status": f.status, "detail": f.detail}
+                    for f in e.factors],
+        "protocol": e.protocol,
+        "prompt_diff": e.prompt_diff,
+        "subjects": [{**s, "carried": _exact(s["carried"])} for s in e.subjects],
+    }

@@ -1,0 +1,332 @@
+"""cube.analysis.explain: each factor planted alone is named with the whole gap; the factors sum
+to the gap exactly; the paired statistics against scipy; the selector grammar's one-line errors.
+
+Stores are written with the repo's own writer (write_records) and read back through read_records,
+so the decomposition sees what a reader of a real store sees. Only invented values.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy.stats import binomtest
+
+from cube.analysis.explain import (
+    FACTORS,
+    NOT_IDENTIFIABLE,
+    explain_slices,
+    one_cell,
+    parse_slice,
+)
+from cube.errors import ConfigError
+from cube.records.store import read_records, write_records
+from tests.record_tables import record, scores_for, table
+
+# 3 subjects of unequal size, so that micro and macro differ
+SUBJECT_SIZES = {"agronomy": 4, "anatomy": 8, "astronomy": 12}
+UIDS = [f"cmmlu/{s}/test/{i}" for s, n in SUBJECT_SIZES.items() for i in range(n)]
+TOKENS = {"first_token_ids": [49, 50, 51, 52], "n_tokens": [1, 1, 1, 1]}
+
+
+def outcome_records(right: dict[str, bool], **fields) -> list[dict]:
+    """One record per uid: right -> pred is gold (0), else pred 1; distinct scores (no tie)."""
+    recs = []
+    for uid, ok in right.items():
+        pred = 0 if ok else 1
+        recs.append(record(uid=uid, pred=pred, scores=scores_for(pred), **fields))
+    return recs
+
+
+def tied_records(uids, **fields) -> list[dict]:
+    """A degenerate first-token cell: every option scores the same, the first option wins."""
+    return [record(uid=u, pred=0, scores=[-1.0] * 4, tie_groups="0=1=2=3", **fields) for u in uids]
+
+
+def pattern(seed: int, p: float = 0.5, uids=UIDS) -> dict[str, bool]:
+    rng = np.random.default_rng(seed)
+    return {u: bool(x) for u, x in zip(uids, rng.random(len(uids)) < p)}
+
+
+def shifted(right: dict[str, bool], up: int = 5, down: int = 2) -> dict[str, bool]:
+    """``right`` with ``up`` wrong items made right and ``down`` right ones made wrong: a gap of
+    (up - down) items with discordance both ways."""
+    wrong = [u for u, ok in right.items() if not ok][:up]
+    lost = [u for u, ok in right.items() if ok][:down]
+    return {u: (True if u in wrong else False if u in lost else ok) for u, ok in right.items()}
+
+
+def store(tmp_path, name: str, recs: list[dict]) -> str:
+    write_records(tmp_path / name, table(recs))
+    return str(tmp_path / name)
+
+
+def explained(a: str, b: str):
+    return explain_slices(parse_slice(a), parse_slice(b), B=500)
+
+
+def acc(values) -> Fraction:
+    values = list(values)
+    return Fraction(sum(values), len(values))
+
+
+def macro(right: dict[str, bool]) -> Fraction:
+    by = {}
+    for uid, ok in right.items():
+        by.setdefault(uid.split("/")[1], []).append(ok)
+    return sum((acc(v) for v in by.values()), Fraction(0)) / len(by)
+
+
+def assert_named_alone(e, name: str) -> None:
+    """The whole gap on ``name``, every other factor 0 in every order, and the gap non-zero."""
+    assert e.gap != 0
+    assert sum((f.share for f in e.factors), Fraction(0)) == e.gap
+    for f in e.factors:
+        expected = e.gap if f.name == name else Fraction(0)
+        assert (f.share, f.low, f.high) == (expected, expected, expected), (f.name, f)
+    assert e.factor(name).status == "identified"
+
+
+# --------------------------------------------------------------------------------------------
+# Each factor alone
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_pair_with_no_difference_explains_zero(tmp_path):
+    path = store(tmp_path, "s", outcome_records(pattern(0), **TOKENS))
+    e = explained(path, path)
+    assert e.gap == 0 and e.n_common == len(UIDS)
+    assert all((f.share, f.low, f.high, f.items) == (0, 0, 0, 0) for f in e.factors)
+    assert all(f.status == "no difference" for f in e.factors)
+    assert e.prompt_diff == [] and e.table2x2["only_a"] == e.table2x2["only_b"] == 0
+
+
+def test_sample_alone(tmp_path):
+    right = pattern(1)
+    extra = {f"cmmlu/anatomy/test/{i}": True for i in range(8, 20)}
+    a = store(tmp_path, "a", outcome_records(right, **TOKENS))
+    b = store(tmp_path, "b", outcome_records({**right, **extra}, **TOKENS))
+    e = explained(a, b)
+    assert_named_alone(e, "sample")
+    assert e.gap == acc([*right.values(), *extra.values()]) - acc(right.values())
+    assert (e.n_a, e.n_b, e.n_common) == (24, 36, 24)
+
+
+def test_aggregation_alone(tmp_path):
+    right = pattern(2)
+    path = store(tmp_path, "s", outcome_records(right, **TOKENS))
+    e = explained(f"{path}:agg=micro", f"{path}:agg=macro")
+    assert_named_alone(e, "aggregation")
+    assert e.gap == macro(right) - acc(right.values())
+
+
+def test_parse_failures_alone(tmp_path):
+    right = pattern(3, 0.8)
+    failing = [u for u, ok in right.items() if ok][:5]
+    gen = dict(scorer="M6-strict", scores=[float("nan")] * 4)
+    a_recs = [record(uid=u, pred=0 if ok else 1, probs=[1.0, 0, 0, 0] if ok else [0, 1.0, 0, 0], **gen)
+              for u, ok in right.items()]
+    b_recs = [record(uid=u, pred=-1, probs=[0.0] * 4, **gen) if u in failing else r
+              for u, r in zip(right, a_recs)]
+    e = explained(store(tmp_path, "a", a_recs), store(tmp_path, "b", b_recs))
+    assert_named_alone(e, "parse_failure")
+    assert e.gap == Fraction(-5, 24) and e.factor("parse_failure").items == 5
+
+
+def test_tie_breaks_in_a_degenerate_cell_alone(tmp_path):
+    """A first-token cell where all labels share a token against the full-sequence scorer: the
+    scorer differs too, but every discordant item was decided by the tie-break."""
+    right = pattern(4)
+    a = tied_records(UIDS, scorer="M1-strict", **TOKENS)  # gold 0: right exactly where gold is first
+    b = outcome_records(right, scorer="M1-seq", **TOKENS)
+    path = store(tmp_path, "s", a + b)
+    e = explained(f"{path}:scorer=M1-strict", f"{path}:scorer=M1-seq")
+    assert_named_alone(e, "tie_break")
+    assert e.gap == acc(right.values()) - 1
+    assert e.factor("scorer_normalisation").status == "differs; changes no item's outcome"
+
+
+def test_prompt_bytes_alone(tmp_path):
+    """答案： + A against 答案：\\n + A: the text differs, the label and its tokens do not."""
+    a = outcome_records(pattern(5), context="zh_cue", **TOKENS)
+    b = outcome_records(shifted(pattern(5)), context="zh_cue_newline", **TOKENS)
+    path = store(tmp_path, "s", a + b)
+    e = explained(f"{path}:context=zh_cue", f"{path}:context=zh_cue_newline")
+    assert_named_alone(e, "prompt_bytes")
+    assert e.protocol["label_tokenization"]["status"] == "same"
+    assert any("答案：" in line and "\\n" in line for line in e.prompt_diff)
+    assert not any(ch in "".join(e.prompt_diff) for ch in "的是")  # header lines are unchanged: not shown
+
+
+def test_shots_are_prompt_bytes(tmp_path):
+    a = outcome_records(pattern(7), shots=0, **TOKENS)
+    b = outcome_records(shifted(pattern(7)), shots=5, **TOKENS)
+    path = store(tmp_path, "s", a + b)
+    assert_named_alone(explained(f"{path}:shots=0", f"{path}:shots=5"), "prompt_bytes")
+
+
+def test_label_tokenization_alone_space_in_the_label(tmp_path):
+    """'Answer:' + ' A' against 'Answer: ' + 'A': the same text, the space on the other side."""
+    a = outcome_records(pattern(9), context="en_label_space", first_token_ids=[330, 389, 340, 422],
+                        n_tokens=[1] * 4)
+    b = outcome_records(shifted(pattern(9)), context="en_prompt_space", **TOKENS)
+    path = store(tmp_path, "s", a + b)
+    e = explained(f"{path}:context=en_label_space", f"{path}:context=en_prompt_space")
+    assert_named_alone(e, "label_tokenization")
+    assert e.protocol["prompt_bytes"]["status"] == "same" and e.prompt_diff == []
+
+
+def test_label_tokenization_alone_tokenized_apart(tmp_path):
+    a = outcome_records(pattern(11), context="en_prompt_space", **TOKENS)
+    b = outcome_records(shifted(pattern(11)), context="en_prompt_space_separate", first_token_ids=[32, 33, 34, 35],
+                        n_tokens=[1] * 4)
+    path = store(tmp_path, "s", a + b)
+    e = explained(f"{path}:context=en_prompt_space", f"{path}:context=en_prompt_space_separate")
+    assert_named_alone(e, "label_tokenization")
+
+
+def test_scorer_normalisation_alone(tmp_path):
+    a = outcome_records(pattern(13), scorer="M1-seq", **TOKENS)
+    b = outcome_records(shifted(pattern(13)), scorer="M1-strict", **TOKENS)
+    path = store(tmp_path, "s", a + b)
+    e = explained(f"{path}:scorer=M1-seq", f"{path}:scorer=M1-strict")
+    assert_named_alone(e, "scorer_normalisation")
+    assert "first token" in e.factor("scorer_normalisation").detail
+
+
+def test_the_same_protocol_leaves_a_remainder_that_says_so(tmp_path):
+    e = explained(store(tmp_path, "a", outcome_records(pattern(15), **TOKENS)),
+                  store(tmp_path, "b", outcome_records(shifted(pattern(15)), **TOKENS)))
+    assert_named_alone(e, "remainder")
+    assert "same protocol" in e.factor("remainder").detail
+
+
+def test_two_protocol_differences_at_once_are_not_identifiable(tmp_path):
+    """L1 (A B C D) against L2 (full-width): the options' labels and the label tokens both change."""
+    a = outcome_records(pattern(17), label_set="L1_halfwidth", **TOKENS)
+    b = outcome_records(shifted(pattern(17)), label_set="L2_fullwidth", first_token_ids=[9, 10, 11, 12], n_tokens=[1] * 4)
+    path = store(tmp_path, "s", a + b)
+    e = explained(f"{path}:label_set=L1_halfwidth", f"{path}:label_set=L2_fullwidth")
+    assert_named_alone(e, "remainder")
+    assert e.factor("remainder").detail.startswith(NOT_IDENTIFIABLE)
+    assert e.factor("prompt_bytes").status == e.factor("label_tokenization").status == NOT_IDENTIFIABLE
+
+
+# --------------------------------------------------------------------------------------------
+# Everything at once: exact sums, the order effect, the statistics
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    """A: 24 items, M1-strict, ties on agronomy; B: 22 of them and 10 more, M1-seq, macro."""
+    right_a, right_b = pattern(20, 0.4), pattern(21, 0.6)
+    a = [r for r in tied_records(UIDS[:4], scorer="M1-strict", **TOKENS)]
+    a += outcome_records({u: right_a[u] for u in UIDS[4:]}, scorer="M1-strict", **TOKENS)
+    kept = {u: right_b[u] for u in UIDS[2:]}
+    kept.update({UIDS[2]: False, UIDS[3]: False})  # two of A's tie-broken (right) items B gets wrong
+    extra = {f"cmmlu/astronomy/test/{i}": i % 3 == 0 for i in range(12, 22)}
+    b = outcome_records({**kept, **extra}, scorer="M1-seq", **TOKENS)
+    path_a, path_b = store(tmp_path, "a", a), store(tmp_path, "b", b)
+    return explained(f"{path_a}:agg=micro", f"{path_b}:agg=macro"), path_a, path_b
+
+
+def test_factors_sum_to_the_gap_exactly_in_every_order(mixed):
+    e, path_a, path_b = mixed
+    a = read_records(path_a)
+    b = read_records(path_b)
+    right_a = dict(zip(a.column("uid").to_pylist(), a.column("correct").to_pylist()))
+    right_b = dict(zip(b.column("uid").to_pylist(), b.column("correct").to_pylist()))
+    assert e.score_a == acc(right_a.values()) and e.score_b == macro(right_b)
+    assert e.gap == macro(right_b) - acc(right_a.values())
+    assert sum((f.share for f in e.factors), Fraction(0)) == e.gap
+    assert [f.name for f in e.factors] == list(FACTORS)
+    # the fixed path, by hand: drop A's own items, then re-weight by subject, then B's outcomes
+    common = [u for u in right_a if u in right_b]
+    # B's items with A's outcomes where A has them: the state after the sample step
+    state = {u: right_a.get(u, ok) for u, ok in right_b.items()}
+    assert e.factor("sample").share == acc(state.values()) - acc(right_a.values())
+    assert e.factor("aggregation").share == macro(state) - acc(state.values())
+    assert e.factor("tie_break").items > 0 and e.factor("scorer_normalisation").items > 0
+    assert e.n_common == len(common)
+    for f in e.factors:
+        assert f.low <= f.share <= f.high
+    assert e.factor("sample").low < e.factor("sample").high  # sample and aggregation interact here
+    outcome_part = sum((f.share for f in e.factors if f.name not in ("sample", "aggregation")), Fraction(0))
+    assert sum((s["carried"] for s in e.subjects), Fraction(0)) == outcome_part
+
+
+def test_paired_table_and_mcnemar_against_scipy(mixed):
+    e, path_a, path_b = mixed
+    a, b = read_records(path_a), read_records(path_b)
+    right_a = dict(zip(a.column("uid").to_pylist(), a.column("correct").to_pylist()))
+    right_b = dict(zip(b.column("uid").to_pylist(), b.column("correct").to_pylist()))
+    pairs = [(right_a[u], right_b[u]) for u in right_a if u in right_b]
+    counts = {"both_right": sum(x and y for x, y in pairs), "only_a": sum(x and not y for x, y in pairs),
+              "only_b": sum(y and not x for x, y in pairs), "both_wrong": sum(not (x or y) for x, y in pairs)}
+    assert e.table2x2 == counts
+    expected = binomtest(counts["only_a"], counts["only_a"] + counts["only_b"], 0.5).pvalue
+    assert e.mcnemar_p == pytest.approx(expected, rel=1e-12)
+    delta = (counts["only_b"] - counts["only_a"]) / len(pairs)
+    assert e.bootstrap["delta"] == pytest.approx(delta)
+    assert e.bootstrap["lo"] <= delta <= e.bootstrap["hi"]
+
+
+def test_the_order_effect_is_the_spread_over_every_order(mixed):
+    """low and high are the extremes of 6 paths that each telescope: recompute two by hand."""
+    e, path_a, path_b = mixed
+    a, b = read_records(path_a), read_records(path_b)
+    right_a = dict(zip(a.column("uid").to_pylist(), a.column("correct").to_pylist()))
+    right_b = dict(zip(b.column("uid").to_pylist(), b.column("correct").to_pylist()))
+    first = macro(right_a) - acc(right_a.values())  # aggregation first: A's items and outcomes
+    last = macro(right_b) - acc(right_b.values())  # aggregation last: B's items and outcomes
+    f = e.factor("aggregation")
+    assert len({first, last, f.share}) == 3  # this pair has an order effect
+    assert f.low == min(first, last, f.share, f.low) and f.high == max(first, last, f.share, f.high)
+    assert e.factor("sample").low < e.factor("sample").high
+
+# --------------------------------------------------------------------------------------------
+# Selectors
+# --------------------------------------------------------------------------------------------
+
+
+def test_selector_grammar():
+    spec = parse_slice("data/records:label_set=L1_halfwidth,scorer=M1-seq,shots=0,agg=macro")
+    assert str(spec.store) == "data/records" and spec.aggregation == "macro"
+    assert spec.filters == {"label_set": "L1_halfwidth", "scorer": "M1-seq", "shots": 0}
+    assert parse_slice("some/store").filters == {} and parse_slice("some/store:").filters == {}
+    assert parse_slice("c:/x/store").store.as_posix() == "c:/x/store"  # a colon in a path is not a selector
+    assert parse_slice("s:label-set=L2_fullwidth").filters == {"label_set": "L2_fullwidth"}
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("s:colour=red", "unknown field 'colour'"),
+    ("{store}:scorer", "is not FIELD=VALUE"),
+    ("s:scorer=M1-seq,scorer=M2", "given twice"),
+    ("s:agg=median", "agg='median'"),
+    ("s:shots=five", "shots='five'"),
+    (":scorer=M1-seq", "no store"),
+])
+def test_bad_selectors_are_one_line(text, needle, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        parse_slice(text.format(store=tmp_path))
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_selection_must_name_one_present_cell(tmp_path):
+    recs = outcome_records(pattern(30), scorer="M1-seq") + outcome_records(pattern(31), scorer="M1-strict")
+    records = read_records(store(tmp_path, "s", recs))
+    with pytest.raises(ConfigError, match=r"matches 2 cells; narrow it with scorer=M1-seq\|M1-strict$"):
+        one_cell(records, parse_slice("s"))
+    with pytest.raises(ConfigError, match=r"no records have scorer=M2; scorer here: M1-seq, M1-strict$"):
+        one_cell(records, parse_slice("s:scorer=M2"))
+    assert one_cell(records, parse_slice("s:scorer=M1-seq")).num_rows == len(UIDS)
+
+
+def test_a_different_question_under_one_uid_is_refused(tmp_path):
+    a = outcome_records(pattern(32))
+    b = [dict(r, qhash="0" * 16) if i == 0 else r for i, r in enumerate(outcome_records(pattern(32)))]
+    with pytest.raises(ConfigError, match="not the same question"):
+        explained(store(tmp_path, "a", a), store(tmp_path, "b", b))
+
