@@ -3,6 +3,7 @@ real benchmark folder. Small synthetic fixtures live next to the tests that use 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,36 @@ def benchmarks_root() -> Path:
     if root is None:
         pytest.fail(f"real benchmark data: {missing_benchmark_message('cmmlu')}")
     return root.parent
+
+
+@pytest.fixture(scope="session")
+def cmmlu_items(benchmarks_root) -> Callable[..., list]:
+    """``load_cmmlu`` on the real folder, each split read (and hash-checked) once a session.
+
+    A full read takes about half a second and a dozen modules need one. The call returns a fresh
+    list, in load_cmmlu's order (split, then subject, then file order), so a test that sorts or
+    trims its list changes no other test's; the items themselves are frozen.
+    """
+    from cube.protocol.items import load_cmmlu
+
+    read: dict[str, tuple] = {}
+
+    def items(splits: Sequence[str] = ("test",)) -> list:
+        for split in splits:
+            if split not in read:
+                read[split] = tuple(load_cmmlu(benchmarks_root / "cmmlu", splits=(split,)))
+        return [item for split in splits for item in read[split]]
+
+    return items
+
+
+@pytest.fixture(scope="session")
+def cmmlu_leak_index(cmmlu_items):
+    """The leakage index of CMMLU's dev and test splits at the default thresholds, built once a
+    session (seconds each time). Read-only: a test that needs other thresholds builds its own."""
+    from cube.records.leakage import build_index
+
+    return build_index(cmmlu_items(("dev", "test")))
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,6 @@ import pytest
 
 from cube.cli import main
 from cube.config import REPO_ROOT
-from cube.protocol.items import load_cmmlu
 from cube.records.leakage import normalize_for_match
 
 
@@ -25,9 +24,9 @@ def cmmlu_root(benchmarks_root):
 
 
 @pytest.fixture(scope="module")
-def leaks(cmmlu_root):
+def leaks(cmmlu_items):
     """A 30-character question span in full-width with line breaks, and a long option of another item."""
-    items = load_cmmlu(cmmlu_root, splits=("dev", "test"))
+    items = cmmlu_items(("dev", "test"))
     quoted = next(i for i in items if len(normalize_for_match(i.question)[0]) >= 40)
     norm, source = normalize_for_match(quoted.question)
     span = quoted.question[source[5] : source[34] + 1]
@@ -176,8 +175,8 @@ def write_store(folder, items, generations):
 
 
 @pytest.fixture(scope="module")
-def some_items(cmmlu_root):
-    items = load_cmmlu(cmmlu_root, splits=("test",))
+def some_items(cmmlu_items):
+    items = cmmlu_items(("test",))
     return [items[0], items[len(items) // 3], items[2 * len(items) // 3]]
 
 

@@ -178,20 +178,19 @@ def _header_rules(name: str) -> dict:
 
 
 @functools.lru_cache(maxsize=8)
-def _rendered_texts(benchmarks_root, n_items: int) -> list[str]:
+def _rendered_texts(cmmlu_items, n_items: int) -> list[str]:
     """Prompts and prompt + continuation texts of real CMMLU items, rendered as the harness does
     (every label set and answer context in turn, some 5-shot, cloze options); read at test time
     and never written anywhere."""
-    from cube.protocol.items import load_items, stratified_sample
+    from cube.protocol.items import stratified_sample
     from cube.protocol.label_sets import select_label_sets
     from cube.protocol.prompts import Cell, cloze_prompt, render_prompt
     from cube.tokenizers.audit import load_contexts
 
-    root = benchmarks_root / "cmmlu"
-    dev = load_items("cmmlu", root, splits=("dev",))
+    dev = cmmlu_items(("dev",))
     label_sets, contexts = select_label_sets([]), [c.name for c in load_contexts()]
     texts = []
-    for k, item in enumerate(stratified_sample(load_items("cmmlu", root, splits=("test",)), n_items, 11)):
+    for k, item in enumerate(stratified_sample(cmmlu_items(("test",)), n_items, 11)):
         cell = Cell(label_sets[k % len(label_sets)], contexts[k % len(contexts)], 5 if k % 10 == 0 else 0)
         prompt = render_prompt(item, cell, dev)
         texts += [prompt.context] + [prompt.context + c for c in prompt.label_continuations]
@@ -202,7 +201,7 @@ def _rendered_texts(benchmarks_root, n_items: int) -> list[str]:
 
 @pytest.mark.registry
 @pytest.mark.parametrize("name", DEMO_MODELS)
-def test_each_demo_prompt_starts_as_its_gguf_header_demands(name, benchmarks_root):
+def test_each_demo_prompt_starts_as_its_gguf_header_demands(name, cmmlu_items):
     """gemma-3-270m's header says add_bos_token (id 2); the others say no BOS. Whatever the rule,
     the harness's prompts follow it, and a separately tokenized label never gets a BOS."""
     from cube.harness.backends.base import ScoreRequest, plan_request
@@ -212,10 +211,10 @@ def test_each_demo_prompt_starts_as_its_gguf_header_demands(name, benchmarks_roo
     tokenizer = models.model_tokenizer(models.model_source(name))
     lead = [rules["bos_token_id"]] if rules["add_bos_token"] else []
     tail = [rules["eos_token_id"]] if rules["add_eos_token"] else []
-    for text in _rendered_texts(benchmarks_root, 12):
+    for text in _rendered_texts(cmmlu_items, 12):
         raw = tokenizer.encode(text, add_special_tokens=False).ids
         assert tokenizer.encode(text).ids == lead + raw + tail
-    context = _rendered_texts(benchmarks_root, 1)[0]
+    context = _rendered_texts(cmmlu_items, 1)[0]
     for tokenization in ("in_context", "separate"):
         plan = plan_request(tokenizer, ScoreRequest(context, ("A", " B"), tokenization))
         assert list(plan.shared_ids[:1]) == (lead or list(tokenizer.encode(context, add_special_tokens=False).ids[:1]))
@@ -227,7 +226,7 @@ def test_each_demo_prompt_starts_as_its_gguf_header_demands(name, benchmarks_roo
 
 @pytest.mark.registry
 @pytest.mark.parametrize("name", DEMO_MODELS)
-def test_audit_and_harness_tokenize_each_demo_model_alike(name, family_sources, benchmarks_root):
+def test_audit_and_harness_tokenize_each_demo_model_alike(name, family_sources, cmmlu_items):
     """The audit reads the model's family tokenizer (config/models.yaml `families`); the harness
     the model's own GGUF header. Prompts and every label's token ids (each label set and answer
     context, both tokenization rules) must agree, BOS included."""
@@ -241,7 +240,7 @@ def test_audit_and_harness_tokenize_each_demo_model_alike(name, family_sources, 
     source = family_sources[family]
     audit_tok = resolve_tokenizer(source["spec"], source["sha256"])
     harness_tok = models.model_tokenizer(models.model_source(name))
-    for text in _rendered_texts(benchmarks_root, 30):
+    for text in _rendered_texts(cmmlu_items, 30):
         assert audit_tok.encode(text).ids == harness_tok.encode(text).ids
     for context in load_contexts():
         for label_set in select_label_sets([]):
@@ -267,10 +266,10 @@ def _assert_folder_tokenizer_is_cubes(folder, name: str, texts: list[str]) -> No
 
 @pytest.mark.registry
 @pytest.mark.parametrize("name", ["smollm2-135m-instruct", "gemma-3-270m"])
-def test_converted_folder_carries_cubes_own_tokenizer(name, benchmarks_root):
+def test_converted_folder_carries_cubes_own_tokenizer(name, cmmlu_items):
     """Point transformers (or lm-eval) at the HF-loadable folder: it must read cube's token ids."""
     folder = models.ensure_model(name)  # slow only the first time
-    texts = _rendered_texts(benchmarks_root, 60)
+    texts = _rendered_texts(cmmlu_items, 60)
     assert len(texts) >= 500
     _assert_folder_tokenizer_is_cubes(folder, name, texts)
     prov = json.loads((folder / "provenance.json").read_text(encoding="utf-8"))
@@ -279,9 +278,9 @@ def test_converted_folder_carries_cubes_own_tokenizer(name, benchmarks_root):
 
 @pytest.mark.registry
 @pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"])
-def test_written_tokenizer_loads_as_cubes_own(name, tmp_path, benchmarks_root):
+def test_written_tokenizer_loads_as_cubes_own(name, tmp_path, cmmlu_items):
     """The larger demo models are not converted here: the tokenizer files _convert writes are."""
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "transformers_version": "5.19.0"}),
                                           encoding="utf-8")
     models.write_tokenizer(models.model_source(name), tmp_path)
-    _assert_folder_tokenizer_is_cubes(tmp_path, name, _rendered_texts(benchmarks_root, 40))
+    _assert_folder_tokenizer_is_cubes(tmp_path, name, _rendered_texts(cmmlu_items, 40))

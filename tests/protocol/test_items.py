@@ -33,8 +33,8 @@ def cmmlu_root(benchmarks_root) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cmmlu_test(cmmlu_root) -> list[Item]:
-    return load_cmmlu(cmmlu_root, splits=("test",))
+def cmmlu_test(cmmlu_items) -> list[Item]:
+    return cmmlu_items(("test",))
 
 
 def _independent_cmmlu_answers(folder: Path) -> Counter:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cube.errors import ConfigError, ItemsError
-from cube.protocol.items import load_ceval, load_cmmlu, stratified_sample
+from cube.protocol.items import load_ceval, stratified_sample
 from cube.protocol.label_sets import LabelSet, load_label_sets
 from cube.protocol.prompts import (
     Cell,
@@ -220,10 +220,9 @@ def test_judgement_prompts_recast_each_option_as_a_statement(ceval):
 # --- real CMMLU: structure only -----------------------------------------------------------------
 
 
-def test_every_cmmlu_subject_renders_five_shot_in_every_label_set(benchmarks_root):
-    root = benchmarks_root / "cmmlu"
-    dev = load_cmmlu(root, splits=("dev",))
-    sample = stratified_sample(load_cmmlu(root, splits=("test",)), 67, seed=0)
+def test_every_cmmlu_subject_renders_five_shot_in_every_label_set(cmmlu_items):
+    dev = cmmlu_items(("dev",))
+    sample = stratified_sample(cmmlu_items(("test",)), 67, seed=0)
     templates = load_templates()
     for item in sample:
         for label_set in LABEL_SETS.values():

@@ -19,7 +19,6 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from cube.protocol.items import load_cmmlu
 from cube.records import leakage
 from cube.records.leakage import (
     MARKER,
@@ -33,13 +32,13 @@ from cube.records.leakage import (
 
 
 @pytest.fixture(scope="module")
-def items(benchmarks_root):
-    return load_cmmlu(benchmarks_root / "cmmlu", splits=("dev", "test"))
+def items(cmmlu_items):
+    return cmmlu_items(("dev", "test"))
 
 
 @pytest.fixture(scope="module")
-def index(items):
-    return build_index(items)
+def index(cmmlu_leak_index):
+    return cmmlu_leak_index
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import pytest
 
 from cube.config import REPO_ROOT, load_config
 from cube.errors import HarnessImportError
-from cube.protocol.items import load_cmmlu, stratified_sample
+from cube.protocol.items import stratified_sample
 from cube.protocol.label_sets import load_label_sets
 from cube.protocol.tokenization import tokens_in_context
 from cube.records.lm_eval_import import (
@@ -46,13 +46,13 @@ ABCD = ["A", "B", "C", "D"]
 
 
 @pytest.fixture(scope="module")
-def items(benchmarks_root):
-    return stratified_sample(load_cmmlu(benchmarks_root / "cmmlu", splits=("test",)), 5, 0)
+def items(cmmlu_items):
+    return stratified_sample(cmmlu_items(("test",)), 5, 0)
 
 
 @pytest.fixture(scope="module")
-def all_items(benchmarks_root):
-    return load_cmmlu(benchmarks_root / "cmmlu", splits=("dev", "test"))
+def all_items(cmmlu_items):
+    return cmmlu_items(("dev", "test"))
 
 
 @pytest.fixture(scope="module")
@@ -341,7 +341,7 @@ def lm_eval_bin() -> Path:
 
 
 @pytest.mark.registry  # the demo model and .venv-lmeval come from PyPI
-def test_real_lm_eval_run_imports_to_cube_log_likelihoods(tmp_path, benchmarks_root, capsys):
+def test_real_lm_eval_run_imports_to_cube_log_likelihoods(tmp_path, benchmarks_root, cmmlu_items, capsys):
     """lm-eval's log-likelihoods of cube's own prompts equal cube's HF backend's, to 1e-3 (fp32)."""
     from cube import cli
     from cube.harness.models import ensure_model
@@ -350,7 +350,7 @@ def test_real_lm_eval_run_imports_to_cube_log_likelihoods(tmp_path, benchmarks_r
     binary = lm_eval_bin()
     sets = load_label_sets()
     n = 4
-    chosen = stratified_sample(load_cmmlu(benchmarks_root / "cmmlu", splits=("test",)), n, 0)
+    chosen = stratified_sample(cmmlu_items(("test",)), n, 0)
     tasks = tmp_path / "tasks"
     for name in ("L1_halfwidth", "L4_circled"):
         write_local_task(tasks, f"cube_{name.lower()}", chosen, cube_doc_to_text(sets[name], "zh_cue"),

@@ -22,7 +22,6 @@ import pytest
 from cube.config import REPO_ROOT, load_config
 from cube.errors import CubeError, RecordsError, WriteError
 from cube.paper.book import load_plan
-from cube.protocol.items import load_cmmlu
 from cube.records import leakage
 from cube.records.leakage import MARKER, normalize_for_match
 from cube.records.store import read_manifest, read_records, write_records
@@ -73,11 +72,11 @@ def long_option(item) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def bench(benchmarks_root):
+def bench(cmmlu_items, cmmlu_leak_index):
     """Three test items with a 40+ character question and a 6..19 character option, and one more
     item (another subject) whose question no chosen item shares."""
-    items = load_cmmlu(benchmarks_root / "cmmlu", splits=("dev", "test"))
-    b = Bench(items, leakage.build_index(items))
+    items = cmmlu_items(("dev", "test"))
+    b = Bench(items, cmmlu_leak_index)
     pool = [i for i in items if i.split == "test" and len(normal(i.question)) >= 40 and long_option(i)]
     b.own = [pool[0], pool[len(pool) // 2], pool[-1]]
     b.other = next(i for i in pool[1:] if i.subject not in {o.subject for o in b.own}

