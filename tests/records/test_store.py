@@ -12,10 +12,9 @@ import pytest
 from cube.checksums import sha256_file
 from cube.errors import RecordsError
 from cube.protocol.items import load_cmmlu
-from cube.records.schema import RECORD_SCHEMA, SCHEMA_VERSION
+from cube.records.schema import RECORD_SCHEMA, SCHEMA_METADATA_KEY, SCHEMA_VERSION
 from cube.records.store import (
     MANIFEST_NAME,
-    SCHEMA_METADATA_KEY,
     conform,
     from_columns,
     group_ids,
