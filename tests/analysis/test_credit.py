@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from cube.analysis import credit
 from cube.analysis.credit import CreditScheme
+from cube.config import config_dir
 from cube.errors import ConfigError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "credit"
@@ -133,7 +134,7 @@ def test_text_forms():
 
 def test_shipped_exam_baselines(ladder):
     group = brute_force_expected(LADDER)
-    standard = credit.load_exam(credit.config_dir() / "exams" / "thpt2025_standard.yaml")
+    standard = credit.load_exam(config_dir() / "exams" / "thpt2025_standard.yaml")
     math = credit.load_exam("thpt2025_math")
     assert standard.total_points == math.total_points == 10
     assert (standard.part_i_questions, standard.part_ii_groups, standard.part_iii_questions) == (
