@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from cube.config import load_config
+from cube.models_config import tokenizer_families
 from cube.protocol.label_sets import load_label_sets
 from cube.tokenizers.audit import load_contexts, run_audit
 from cube.tokenizers.build import tokenizer_from_gguf, tokenizer_from_tiktoken
@@ -21,7 +21,7 @@ from cube.tokenizers.sources import fetch_registry_file, resolve_tokenizer
 
 
 def main() -> None:
-    families = {k: v["offline"] for k, v in load_config("models")["families"].items() if v.get("offline")}
+    families = {k: v.offline.as_dict() for k, v in tokenizer_families().items() if v.offline}
     for src in families.values():  # warm the verified cache (downloads on a fresh machine)
         resolve_tokenizer(src["spec"], src["sha256"])
 

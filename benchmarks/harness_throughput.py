@@ -47,11 +47,11 @@ def load_benchmark_model(name: str, dtype: str):
         return load_model(name, dtype=dtype, device="cpu")
     import transformers
 
-    from cube.config import load_config
+    from cube.models_config import models_config
     from cube.tokenizers.sources import resolve_tokenizer
 
-    src = load_config("models")["families"]["qwen3"]["offline"]
-    tokenizer = resolve_tokenizer(src["spec"], src["sha256"])
+    src = models_config().family("qwen3").offline
+    tokenizer = resolve_tokenizer(src.spec, src.sha256)
     config = transformers.Qwen3Config(vocab_size=tokenizer.get_vocab_size(), tie_word_embeddings=True,
                                       max_position_embeddings=4096, **RANDOM_MODELS[name])
     model = transformers.Qwen3ForCausalLM(config).to(getattr(torch, dtype)).eval()

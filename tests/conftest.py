@@ -8,7 +8,25 @@ from pathlib import Path
 
 import pytest
 
-from cube.config import load_config
+from cube.models_config import tokenizer_families
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, each worker's torch (and what it starts: vLLM, lm-eval) gets its share
+    of the cores: two workers with two threads each on two cores are oversubscribed, and OpenMP
+    pools that wait on each other then run slower than one thread each."""
+    import os
+    import sys
+
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = str(max(1, cores // int(workers)))
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, threads)
+    if "torch" in sys.modules:  # imported before this hook: the variables came too late for it
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 @pytest.fixture(scope="session")
@@ -55,8 +73,7 @@ def cmmlu_leak_index(cmmlu_items):
 
 @pytest.fixture(scope="session")
 def family_sources() -> dict[str, dict]:
-    families = load_config("models")["families"]
-    return {name: entry["offline"] for name, entry in families.items() if entry.get("offline")}
+    return {name: family.offline.as_dict() for name, family in tokenizer_families().items() if family.offline}
 
 
 @pytest.fixture(scope="session")

@@ -475,17 +475,10 @@ def model_families(
     writes) overrides config, and ``extra`` (the CLI's ``--family``) overrides both.
     """
     from cube.config import config_dir as default_config_dir
-    from cube.config import load_yaml
+    from cube.models_config import models_config
 
     folder = Path(config_dir) if config_dir is not None else default_config_dir()
-    families: dict[str, str] = {}
-    path = folder / "models.yaml"
-    if path.is_file():
-        doc = load_yaml(path) or {}
-        for section in ("checkpoints", "demo_models"):
-            for model, entry in (doc.get(section) or {}).items():
-                if isinstance(entry, dict) and isinstance(entry.get("family"), str):
-                    families[model] = entry["family"]
+    families = models_config(folder).model_families() if (folder / "models.yaml").is_file() else {}
     if manifest:
         families.update((manifest.get("metadata") or {}).get("families") or {})
     families.update(extra or {})

@@ -51,8 +51,9 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from cube.analysis.confirm import predicted_cells
-from cube.config import REPO_ROOT, load_config
+from cube.config import REPO_ROOT
 from cube.errors import ConfigError, RecordsError
+from cube.models_config import study_checkpoints
 from cube.protocol.items import allocate_per_subject
 from cube.protocol.taxonomy import load_cmmlu_taxonomy
 from cube.records.store import MANIFEST_NAME, from_columns, write_records
@@ -118,8 +119,7 @@ def p_right(ability: float, difficulty: np.ndarray, effect: float) -> np.ndarray
 
 def sim_models() -> dict[str, str]:
     """``sim-<checkpoint>`` -> tokenizer family, for the study's 18 checkpoints."""
-    checkpoints = load_config("models").get("checkpoints") or {}
-    return {f"{SIM_PREFIX}{name}": entry["family"] for name, entry in checkpoints.items()}
+    return {f"{SIM_PREFIX}{name}": checkpoint.family for name, checkpoint in study_checkpoints().items()}
 
 
 @dataclass(frozen=True)

@@ -51,29 +51,21 @@ def _wanted_sources(families: list[str] | None, own: dict[str, str], pins: dict[
     failure, a checksum above all, is an error naming the family: a skip would let ``--freeze``
     pre-register a prediction that silently lacks it.
     """
-    from cube.config import load_config
+    from cube.models_config import TokenizerFamily, TokenizerSource, models_config
 
-    config = load_config("models")["families"]
-    if families:
-        unknown = [f for f in families if f not in config]
-        if unknown:
-            raise ConfigError(f"unknown family {unknown[0]!r}; known: {', '.join(config)}")
-    wanted = {f: config[f] for f in (families or ([] if own else list(config)))}
+    config = models_config()
+    wanted = {f: config.family(f) for f in (families or ([] if own else list(config.families)))}
     for name, spec in own.items():
-        wanted[name] = {"offline": {"spec": spec, "sha256": pins.get(name)}}
+        wanted[name] = TokenizerFamily(name, TokenizerSource(spec, pins.get(name)))
     offline_sources, sources, skipped = {}, {}, {}
     for family, entry in wanted.items():
-        offline = entry.get("offline")
-        if not offline:
-            skipped[family] = entry.get("skip_reason", "no offline source")
+        if entry.offline is None:
+            skipped[family] = entry.skip_reason
             print(f"[skip] {family}: {skipped[family]}", file=sys.stderr)
             continue
-        if not isinstance(offline, dict) or not offline.get("spec"):
-            raise ConfigError(f"family {family!r}: `offline` must be a mapping with a `spec`")
-        offline_sources[family] = offline
-        sources[family] = {"spec": offline["spec"], "sha256": offline.get("sha256")}
-        if offline.get("trust_remote_code"):  # recorded, so a frozen prediction says it ran remote code
-            sources[family]["trust_remote_code"] = True
+        # the source as the frozen prediction records it: the remote-code opt-in where it is set,
+        # so a prediction says it ran remote code
+        sources[family] = offline_sources[family] = entry.offline.as_dict()
     return offline_sources, sources, skipped
 
 

@@ -46,16 +46,17 @@ def register(subparsers) -> None:
 
 def _tokenizer(args: argparse.Namespace, runs):
     """(tokenizer, its source spec), or (None, None) with --no-audit; a failure names the spec."""
-    from cube.config import load_config
     from cube.errors import CubeError, HarnessImportError
+    from cube.models_config import models_config
     from cube.records.lm_eval_import import tokenizer_spec
     from cube.tokenizers.sources import resolve_source
 
     if args.no_audit:
         return None, None
-    families = load_config("models")["families"]
+    families = models_config().families
     spec = args.tokenizer or tokenizer_spec(runs[0])
-    source = families[spec]["offline"] if spec in families and families[spec].get("offline") else {"spec": spec}
+    family = families.get(spec)  # a family name, else a source spec of its own
+    source = family.offline.as_dict() if family is not None and family.offline else {"spec": spec}
     try:
         return resolve_source(source), source["spec"]
     except CubeError as exc:

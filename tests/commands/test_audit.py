@@ -110,16 +110,14 @@ def test_a_checksum_failure_is_an_error_not_a_skip_and_freezes_nothing(tmp_path,
 
 
 def _config_with_families(tmp_path, monkeypatch, families: dict) -> None:
-    """A copy of config/ whose models.yaml holds ``families`` (the real ones are left as they are)."""
+    """A copy of config/ whose models.yaml holds only ``families`` (the real ones are left as they are)."""
     import shutil
 
     import yaml
 
     shutil.copytree(REPO_ROOT / "config", tmp_path / "config")
     path = tmp_path / "config" / "models.yaml"
-    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    doc["families"] = families
-    path.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
+    path.write_text(yaml.safe_dump({"families": families}, allow_unicode=True), encoding="utf-8")
     monkeypatch.setenv("CUBE_CONFIG_DIR", str(tmp_path / "config"))
 
 
@@ -135,8 +133,11 @@ def test_trust_remote_code_is_read_and_refused_unless_pinned(tmp_path, monkeypat
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     _config_with_families(tmp_path, monkeypatch, {"internlm3": {"offline": offline}})
     assert main(["audit", "--families", "internlm3", "--contexts", "zh_cue", "--brief"]) == 2
-    last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last.startswith("cube: error: internlm3: ") and needle in last
+    err = capsys.readouterr().err.strip().splitlines()
+    # one line naming the family: a value that is not a boolean as the config is read, the others
+    # as the source is resolved
+    assert len(err) == 1 and err[0].startswith("cube: error: ")
+    assert ("family 'internlm3': " in err[0] or err[0].startswith("cube: error: internlm3: ")) and needle in err[0]
 
 
 def test_trust_remote_code_opt_in_reaches_the_hub_loader(tmp_path, monkeypatch, capsys, qwen3_tokenizer):
@@ -174,13 +175,13 @@ def test_freeze_into_a_folder_is_one_line_before_any_audit(tmp_path, capsys, mon
 
 def test_families_audited_in_worker_processes_equal_the_in_process_audit():
     import cube.commands.audit as command
-    from cube.config import load_config
+    from cube.models_config import tokenizer_families
     from cube.protocol.label_sets import select_label_sets
     from cube.tokenizers.audit import load_contexts, run_audit
     from cube.tokenizers.sources import resolve_source
 
-    config = load_config("models")["families"]
-    offline = {f: config[f]["offline"] for f in ("smollm2", "qwen3")}
+    config = tokenizer_families()
+    offline = {f: config[f].offline.as_dict() for f in ("smollm2", "qwen3")}
     label_sets, contexts = select_label_sets(None, []), load_contexts(None)
     parallel = command._audit_families(offline, label_sets, contexts)
     serial = run_audit({f: resolve_source(o) for f, o in offline.items()}, label_sets, contexts)

@@ -52,7 +52,8 @@ def _write_demo_config(folder, gguf_sha256: str) -> None:
     spec, sha = QWEN3_TOKENIZER
     part = f'    - {{spec: "{spec}", sha256: {sha}}}\n'
     (folder / "models.yaml").write_text(
-        "demo_models:\n  twice:\n    upstream: none\n    licence: test\n    provenance: test\n"
+        "families:\n  qwen3: {offline: null}\n"
+        "demo_models:\n  twice:\n    family: qwen3\n    upstream: none\n    licence: test\n    provenance: test\n"
         f"    gguf_sha256: '{gguf_sha256}'\n    parts:\n" + part + part,
         encoding="utf-8",
     )
@@ -230,13 +231,12 @@ def test_audit_and_harness_tokenize_each_demo_model_alike(name, family_sources, 
     """The audit reads the model's family tokenizer (config/models.yaml `families`); the harness
     the model's own GGUF header. Prompts and every label's token ids (each label set and answer
     context, both tokenization rules) must agree, BOS included."""
-    from cube.config import load_config
     from cube.harness.backends.base import ScoreRequest, plan_request
     from cube.protocol.label_sets import select_label_sets
     from cube.tokenizers.audit import audit_cell, audit_prompt, load_contexts
     from cube.tokenizers.sources import resolve_tokenizer
 
-    family = load_config("models")["demo_models"][name]["family"]
+    family = models.model_source(name).family
     source = family_sources[family]
     audit_tok = resolve_tokenizer(source["spec"], source["sha256"])
     harness_tok = models.model_tokenizer(models.model_source(name))

@@ -14,7 +14,7 @@ import yaml
 from cube.analysis.stats import NoiseFloor
 from cube.config import REPO_ROOT
 from cube.errors import ConfigError
-from cube.harness.models import study_checkpoints
+from cube.models_config import study_checkpoints
 from cube.paper import claims as P
 from cube.tokenizers.audit import read_prediction
 

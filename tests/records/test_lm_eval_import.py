@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cube.config import REPO_ROOT, load_config
+from cube.config import REPO_ROOT
 from cube.errors import HarnessImportError
+from cube.models_config import tokenizer_families
 from cube.protocol.items import stratified_sample
 from cube.protocol.label_sets import load_label_sets
 from cube.protocol.tokenization import tokens_in_context
@@ -59,7 +60,7 @@ def all_items(cmmlu_items):
 def smollm2():
     from cube.tokenizers.sources import resolve_source
 
-    return resolve_source(load_config("models")["families"]["smollm2"]["offline"])
+    return resolve_source(tokenizer_families()["smollm2"].offline.as_dict())
 
 
 def write_run(folder: Path, items, task: str = "mine", lls=None, config: dict | None = None,

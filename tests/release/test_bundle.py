@@ -15,12 +15,14 @@ import subprocess
 import tarfile
 import unicodedata
 from collections import Counter
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
 
-from cube.config import REPO_ROOT, load_config
+from cube.config import REPO_ROOT
 from cube.errors import CubeError, RecordsError, WriteError
+from cube.models_config import models_config
 from cube.paper.book import load_plan
 from cube.records import leakage
 from cube.records.leakage import MARKER, normalize_for_match
@@ -239,9 +241,8 @@ def test_manifest_describes_models_protocols_items_and_licences(
     assert {b: v["licence"] for b, v in manifest["benchmark_licences"].items()} == {
         "cmmlu": "CC BY-NC-SA 4.0", "ceval": "CC BY-NC-SA 4.0"}
     # models: the demo model with its pinned GGUF and the tokenizer the frozen audit used
-    config = load_config("models")
     demo = manifest["models"][DEMO_MODEL]
-    assert demo["gguf_sha256"] == config["demo_models"][DEMO_MODEL]["gguf_sha256"]
+    assert demo["gguf_sha256"] == models_config().demo_model(DEMO_MODEL).gguf_sha256
     frozen = json.loads(PREDICTION.read_text())
     assert demo["tokenizer"] == frozen["sources"]["smollm2"]
     assert manifest["models"][OWN_MODEL]["kind"] == "unknown"
@@ -250,18 +251,31 @@ def test_manifest_describes_models_protocols_items_and_licences(
     assert manifest["leakage_audit"]["n_items"] == len(bench.items)
 
 
-def test_claims_checklist_lists_all_eight_claims_and_marks_missing_notebooks():
-    text = release.claims_checklist(load_plan(), REPO_ROOT)
+def test_claims_checklist_lists_every_planned_claim_and_marks_missing_notebooks(tmp_path):
+    """The claims come from the plan: claim 9 was missing from the hand-written list."""
+    plan = load_plan()
+    text = release.claims_checklist(plan, REPO_ROOT)
     rows = [line for line in text.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert [int(r.split("|")[1]) for r in rows] == list(range(1, 9))
-    planned = {p.source.stem for p in load_plan()}
-    for claim, row in zip(release.CLAIMS, rows):
-        present = claim.notebook in planned and (REPO_ROOT / "notebooks" / f"{claim.notebook}.md").is_file()
-        assert ("| present |" in row) == present, row
-        assert ("not yet written" in row) == (not present), row
-        assert (f"cube book execute --only {claim.notebook}" in row) == present, row
+    planned = sorted(int(r.name[:2]) for r in plan
+                     if r.name[:2].isdigit() and r.name != "00_paper" and r.name == r.source.stem)
+    assert [int(r.split("|")[1]) for r in rows] == planned and planned[:9] == list(range(1, 10))
+    for claim, row in zip(release.claims(plan), rows):
+        assert "| present |" in row and f"cube book execute --only {claim.notebook}" in row, row
         assert f"notebooks/{claim.notebook}.md" in row
-    assert "| present |" in rows[0]  # the tokenizer audit notebook exists
+    assert f"{len(rows)} of {len(rows)} claim notebooks present." in text
+    # a claim notebook not yet written keeps its row, and says so
+    missing = replace(plan[0], name="10_unwritten", source=tmp_path / "10_unwritten.md")
+    row = release.claims_checklist([*plan, missing], REPO_ROOT).splitlines()
+    row = next(line for line in row if line.startswith("| 10 |"))
+    assert "not yet written" in row and "cube book execute" not in row
+
+
+def test_a_claim_notebook_whose_heading_names_another_claim_is_refused(tmp_path):
+    source = tmp_path / "03_wrong.md"
+    source.write_text("# Claim 4: not the third\n", encoding="utf-8")
+    run = replace(load_plan()[0], name="03_wrong", source=source)
+    with pytest.raises(CubeError, match="is not 'Claim 3: <title>'"):
+        release.claims([run])
 
 
 def test_an_existing_bundle_is_replaced_only_with_force(bench, clean_generations, tmp_path):
