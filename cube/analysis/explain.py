@@ -182,9 +182,19 @@ class Explanation:
     protocol: dict[str, dict[str, Any]]  # per dimension: status, a, b
     prompt_diff: list[str]
     subjects: list[dict[str, Any]] = field(default_factory=list)
+    # the largest |score A - score B| of one option on a common item, where both sides use one
+    # scorer (None otherwise): how far two harnesses' numbers for the same protocol are apart
+    max_score_difference: float | None = None
 
     def factor(self, name: str) -> Factor:
         return next(f for f in self.factors if f.name == name)
+
+    def carrying(self) -> list[tuple[Factor, Fraction]]:
+        """The factors with a share, largest first, each as a fraction of the gap (0 where the gap
+        is 0; factors of opposite sign can each exceed the whole gap)."""
+        named = [f for f in self.factors if f.share != 0]
+        named.sort(key=lambda f: (-abs(f.share), FACTORS.index(f.name)))
+        return [(f, f.share / self.gap if self.gap else Fraction(0)) for f in named]
 
 
 def _score(in_set: np.ndarray, outcome: np.ndarray, subject: np.ndarray, aggregation: str) -> Fraction:
@@ -362,7 +372,7 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
             detail = f"{len(only_a)} items only in A, {len(only_b)} only in B"
         elif name == "aggregation":
             detail = f"A {a.aggregation}, B {b.aggregation}"
-        elif name == "remainder":
+        elif name == "remainder" and n_items:
             detail = notes.get("remainder", "")
         elif name == "tie_break":
             detail = (f"audit: A {a.protocol.audit_verdict or 'not audited'}, "
@@ -392,7 +402,18 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
         {"both_right": int((ca & cb).sum()), "only_a": test.b, "only_b": test.c,
          "both_wrong": int((~ca & ~cb).sum())},
         test.p_value, {"delta": boot.delta, "lo": boot.lo, "hi": boot.hi, "B": B, "seed": seed},
-        factors, protocol, prompt_diff(a.protocol, b.protocol), subjects)
+        factors, protocol, prompt_diff(a.protocol, b.protocol), subjects,
+        _max_score_difference(a, b, rows_a, rows_b))
+
+
+def _max_score_difference(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) -> float | None:
+    if cell_of(a.table)["scorer"] != cell_of(b.table)["scorer"] or len(rows_a) == 0:
+        return None
+    scores_a = list_matrix(a.table.take(pa.array(rows_a)), "scores")
+    scores_b = list_matrix(b.table.take(pa.array(rows_b)), "scores")
+    if scores_a.shape != scores_b.shape or np.isnan(scores_a).any() or np.isnan(scores_b).any():
+        return None
+    return float(np.abs(scores_a - scores_b).max())
 
 
 def _weights_of(in_set: np.ndarray, subject: np.ndarray, aggregation: str) -> list[Fraction]:
@@ -458,5 +479,6 @@ def explanation_json(e: Explanation) -> dict[str, Any]:
                     for f in e.factors],
         "protocol": e.protocol,
         "prompt_diff": e.prompt_diff,
+        "max_score_difference": e.max_score_difference,
         "subjects": [{**s, "carried": _exact(s["carried"])} for s in e.subjects],
     }
