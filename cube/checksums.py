@@ -9,6 +9,7 @@ edit followed by ``touch -r``.
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Mapping
 
@@ -31,18 +32,49 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def sums_text(digests: Mapping[str, str]) -> str:
+    """``sha256sum``'s text format (hex, two spaces, path), sorted by path: the one SHA256SUMS writer."""
+    return "".join(f"{digest}  {name}\n" for name, digest in sorted(digests.items()))
+
+
+# ``sha256sum`` writes a space (text mode) or ``*`` (binary mode) between the two spaces' places
+_SUM_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
+
+
+def parse_sums(text: str, where: str = SUMS_FILE) -> tuple[dict[str, str], list[str]]:
+    """(path -> sha256, problems): the one SHA256SUMS parser.
+
+    A malformed line, a path that leaves the folder (absolute, ``..``, empty parts) or a path listed
+    twice is a problem, each one line naming ``where`` and the line number, not an exception: a
+    bundle's verify reports them all, a loader refuses on the first (:func:`read_sums`).
+    """
+    listed: dict[str, str] = {}
+    problems: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        match = _SUM_LINE.match(line)
+        if not match:
+            problems.append(f"{where} line {number}: not '<sha256>  <path>'")
+            continue
+        digest, name = match.groups()
+        parts = name.split("/")
+        if name.startswith("/") or ".." in parts or "" in parts:
+            problems.append(f"{where} line {number}: path {name!r} is not inside the folder")
+        elif name in listed:
+            problems.append(f"{where} line {number}: {name} listed twice")
+        else:
+            listed[name] = digest
+    return listed, problems
+
+
 def write_sums(sums: Path, digests: Mapping[str, str]) -> None:
-    atomic_write_text(sums, "".join(f"{digest}  {name}\n" for name, digest in sorted(digests.items())))
+    atomic_write_text(sums, sums_text(digests))
 
 
 def read_sums(sums: Path) -> dict[str, str]:
-    out = {}
-    for lineno, line in enumerate(sums.read_text(encoding="utf-8").splitlines(), 1):
-        digest, sep, name = line.partition("  ")
-        if not sep or not name or len(digest) != 64 or not set(digest) <= set("0123456789abcdef"):
-            raise ChecksumError(f"{sums}: line {lineno} is not '<sha256>  <file>'")
-        out[name] = digest
-    return out
+    listed, problems = parse_sums(sums.read_text(encoding="utf-8"), str(sums))
+    if problems:
+        raise ChecksumError(problems[0])
+    return listed
 
 
 def _mismatch(path: Path, got: str, want: str) -> ChecksumError:

@@ -27,9 +27,9 @@ import pyarrow.parquet as pq
 from cube.errors import CubeError
 from cube.protocol.items import default_benchmark_root, load_cmmlu
 from cube.records import leakage
+from cube.records.leakage.tables import audit_parquet, open_parquet
 from cube.records.schema import FREE_TEXT_COLUMNS
 from cube.records.store import read_manifest, write_shard, writer_lock
-from cube.release.bundle import audit_parquet, open_parquet
 
 
 def audit_store(store: Path, index: leakage.LeakageIndex) -> Counter:

@@ -106,7 +106,7 @@ def register(subparsers) -> None:
 def run_audit(args: argparse.Namespace) -> int:
     from cube.protocol.items import default_benchmark_root, load_cmmlu
     from cube.records import leakage
-    from cube.release.bundle import audit_parquet, open_parquet, parquet_files
+    from cube.records.leakage.tables import audit_parquet, open_parquet, parquet_files
 
     for name in ("window", "min_option_chars", "min_question_chars", "stock_items"):
         if getattr(args, name) < 1:

@@ -37,519 +37,66 @@ import contextlib
 import gzip
 import json
 import os
-import re
 import shutil
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from cube import __version__
-from cube.checksums import sha256_file
+from cube.checksums import parse_sums, sha256_file, sums_text
 from cube.errors import CubeError, RecordsError, WriteError
-from cube.files import read_json
+from cube.models_config import ModelsConfig
 from cube.protocol.items import Item
 from cube.records import leakage
-from cube.records.schema import (
-    FREE_TEXT_COLUMNS,
-    RUNLOG_NAME,  # the harness's per-model run log: versions, timings
-    SCHEMA_VERSION,
-    SCORER_NAMES,
+from cube.records.leakage.tables import (  # noqa: F401 (the table audit's names, re-exported from here)
+    ID_FORMS,
+    RowHit,
+    ScrubStats,
+    audit_parquet,
+    audit_table,
+    check_id_forms,
+    describe_hit,
+    open_parquet,
+    parquet_files,
+    scrub_records,
+    text_columns,
 )
+from cube.records.schema import RUNLOG_NAME, SCHEMA_VERSION  # RUNLOG_NAME: the harness's per-model run log
 from cube.records.store import PROTOCOL_COLUMNS, protocols  # noqa: F401 (PROTOCOL_COLUMNS: the bundle's manifest columns)
-
-BUNDLE_SCHEMA = "cube.release/1"
-RECORDS_DIR = "records"
-RUNS_DIR = "runs"
-PREDICTION_PATH = "predictions/audit_frozen.json"
-SUMS_NAME = "SHA256SUMS"
-MANIFEST_NAME = "MANIFEST.json"
-
-# The study's benchmarks and the terms under which their items are published. Records name items
-# by uid + qhash only, so a bundle redistributes none of their text.
-BENCHMARK_LICENCES = {
-    "cmmlu": {"name": "CMMLU", "licence": "CC BY-NC-SA 4.0",
-              "source": "https://github.com/haonan-li/CMMLU"},
-    "ceval": {"name": "C-Eval", "licence": "CC BY-NC-SA 4.0",
-              "source": "https://github.com/hkust-nlp/ceval"},
-}
-
-# The leakage audit scans EVERY string and binary column, identifiers included: a writer (or an
-# adversary) can put text in any of them, and tie_groups once carried planted text through audit,
-# build and verify. Identifiers cost little: each batch audits a column's distinct values once.
-_BATCH_ROWS = 65_536
-# Identifier columns and the one form each may take. A value of another form is an error (text
-# hidden where nobody scrubs, as tie_groups once allowed); a value of its form is still scanned,
-# but only for question spans, near copies and options of NEAR_MIN_CHARS or more, because hex
-# digits and model names share short options ("1949", "135m") by chance. tie_groups: groups of two
-# or more option positions joined by "=", groups joined by ";", "" for no tie (cube.harness.runner writes
-# it, cube.analysis.confirm parses it).
-_NAME = r"^[A-Za-z0-9._+-]{1,64}$"
-ID_FORMS = {
-    "tie_groups": r"^(?:[0-9]{1,3}(?:=[0-9]{1,3})+(?:;[0-9]{1,3}(?:=[0-9]{1,3})+)*)?$",
-    "qhash": r"^[0-9a-f]{16}$",
-    "scorer": "^(?:" + "|".join(re.escape(name) for name in SCORER_NAMES) + ")$",
-    "uid": r"^[a-z0-9_-]{1,32}/[A-Za-z0-9_-]{1,64}/[a-z]{1,16}/[0-9]{1,9}$",
-    **{name: _NAME for name in ("model", "benchmark", "subject", "label_set", "context", "order")},
-}
-
-
-# --------------------------------------------------------------------------------------------
-# Scrub
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ScrubStats:
-    """What the scrub removed; published in the bundle's manifest (claim 5 reports it)."""
-
-    columns: tuple[str, ...]
-    n_texts: int  # non-null free-text fields seen
-    n_changed: int  # fields from which something was removed
-    n_spans: int  # removed spans (each became one marker)
-    n_chars: int  # original characters removed
-
-
-def scrub_records(
-    table: pa.Table, items: Iterable[Item] | Mapping[str, Item]
-) -> tuple[pa.Table, ScrubStats]:
-    """Scrub every free-text column of ``table`` against each record's OWN item.
-
-    Removing the item's options and its question spans is :func:`cube.records.leakage.scrub`; a record
-    whose text cannot be scrubbed (its uid is not among ``items``, or its qhash says the item's
-    question differs) is refused rather than published unscrubbed.
-    """
-    by_uid = items if isinstance(items, Mapping) else {item.uid: item for item in items}
-    columns = tuple(c for c in FREE_TEXT_COLUMNS if c in table.column_names)
-    n_texts = n_changed = n_spans = n_chars = 0
-    uids = table.column("uid")
-    qhashes = table.column("qhash")
-    for column in columns:
-        values = table.column(column)
-        rows = np.flatnonzero(~values.is_null().to_numpy(zero_copy_only=False))
-        if rows.size == 0:
-            continue
-        texts = values.to_pylist()
-        for row in tqdm(rows.tolist(), desc=f"scrub {column}", unit="text", disable=None):
-            uid = uids[row].as_py()
-            item = by_uid.get(uid)
-            if item is None:
-                raise RecordsError(
-                    f"column uid, row {row}: {uid!r} is not in the item set, so its {column} "
-                    "cannot be scrubbed against its own item"
-                )
-            if item.qhash != qhashes[row].as_py():
-                raise RecordsError(
-                    f"column qhash, row {row}: uid {uid!r} has qhash {qhashes[row].as_py()!r} but "
-                    f"the item set has {item.qhash!r} (different question text)"
-                )
-            result = leakage.scrub(texts[row], item.question, item.options)
-            n_texts += 1
-            if result.n_removed_spans:
-                texts[row] = result.text
-                n_changed += 1
-                n_spans += result.n_removed_spans
-                n_chars += result.n_removed_chars
-        position = table.column_names.index(column)
-        table = table.set_column(
-            position, table.schema.field(position), pa.array(texts, type=values.type)
-        )
-    return table, ScrubStats(columns, n_texts, n_changed, n_spans, n_chars)
-
-
-# --------------------------------------------------------------------------------------------
-# Leakage audit of tables and Parquet files
-# --------------------------------------------------------------------------------------------
-
-
-def _is_string(type_: pa.DataType) -> bool:
-    """A string or binary type: binary can carry text as well (the audit reads it as UTF-8)."""
-    if pa.types.is_dictionary(type_):
-        type_ = type_.value_type
-    return any(check(type_) for check in (
-        pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view, pa.types.is_binary,
-        pa.types.is_large_binary, pa.types.is_binary_view, pa.types.is_fixed_size_binary))
-
-
-def _holds_strings(type_: pa.DataType) -> bool:
-    """Whether a nested type (list, struct, map) has a string or binary anywhere inside."""
-    if _is_string(type_):
-        return True
-    return any(_holds_strings(type_.field(k).type) for k in range(getattr(type_, "num_fields", 0)))
-
-
-def text_columns(schema: pa.Schema, where: str) -> list[str]:
-    """Every string and binary column, which the audit scans; refuses text it could not see."""
-    if "uid" not in schema.names:
-        raise CubeError(f"{where} has no 'uid' column to name the records by")
-    columns = []
-    for field_ in schema:
-        if _is_string(field_.type):
-            columns.append(field_.name)
-        elif _holds_strings(field_.type):
-            raise CubeError(
-                f"{where} column {field_.name!r} is {field_.type}: the audit scans top-level "
-                "string and binary columns only; store that text as one string column per field"
-            )
-    return columns
-
-
-def check_id_forms(batch: pa.RecordBatch | pa.Table, where: str, first_row: int = 0) -> None:
-    """Refuse an identifier (``ID_FORMS``) that is not of its form, e.g. text in tie_groups.
-
-    The message gives the row and the length, never the value, which may quote an item.
-    """
-    for name, form in ID_FORMS.items():
-        if name not in batch.schema.names:
-            continue
-        column = batch.column(name)
-        if pa.types.is_dictionary(column.type):
-            column = column.cast(column.type.value_type)
-        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-            raise RecordsError(f"{where}: column {name} is {column.type}, not a string column")
-        valid = pc.fill_null(pc.match_substring_regex(column, form), True)
-        bad = np.flatnonzero(~valid.to_numpy(zero_copy_only=False).astype(bool))
-        if bad.size:
-            row = int(bad[0])
-            raise RecordsError(
-                f"{where}: column {name}, row {first_row + row}: a {len(column[row].as_py())}-"
-                f"character value not of the form {form} ({bad.size} such rows in this batch; "
-                "the value is not shown, it may quote an item)"
-            )
-
-
-def parquet_files(records: Path) -> list[Path]:
-    """RECORDS as a list of files: the file itself, or every ``*.parquet`` below the folder."""
-    records = Path(records)
-    if records.is_file():
-        return [records]
-    if records.is_dir():
-        files = sorted(records.rglob("*.parquet"))
-        if not files:
-            raise CubeError(f"no *.parquet files in {records}")
-        return files
-    raise CubeError(f"records not found: {records}")
-
-
-def open_parquet(path: Path) -> tuple[pq.ParquetFile, list[str]]:
-    """(opened file, its free-text columns), each failure one line naming the file."""
-    try:
-        parquet = pq.ParquetFile(path)
-        schema = parquet.schema_arrow
-    except (OSError, pa.ArrowException) as exc:
-        raise CubeError(f"cannot read Parquet file {path}: {str(exc).splitlines()[0]}") from None
-    return parquet, text_columns(schema, str(path))
-
-
-@dataclass(frozen=True)
-class RowHit:
-    """A leak in one field of one row; like every hit, never holds the leaked text."""
-
-    row: int
-    uid: str
-    column: str
-    hit: leakage.TextHit
-
-
-def audit_parquet(
-    parquet: pq.ParquetFile, columns: Sequence[str], index: leakage.LeakageIndex,
-    where: str = "Parquet file",
-) -> Iterator[RowHit]:
-    """Every hit in one file, read in row batches so that a large file never sits in memory."""
-    if not columns:
-        return
-    first_row = 0
-    read = list(dict.fromkeys(["uid", *columns]))
-    with tqdm(total=parquet.metadata.num_rows, unit="rec", desc="audit", disable=None) as progress:
-        for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=read):
-            yield from _audit_batch(batch, columns, index, first_row, where)
-            first_row += batch.num_rows
-            progress.update(batch.num_rows)
-
-
-def audit_table(table: pa.Table, index: leakage.LeakageIndex) -> list[RowHit]:
-    """Every hit in an in-memory table (the scrubbed records, before anything is written)."""
-    columns = text_columns(table.schema, "records")
-    hits: list[RowHit] = []
-    first_row = 0
-    for batch in table.select(columns).to_batches(max_chunksize=_BATCH_ROWS):
-        hits += _audit_batch(batch, columns, index, first_row, "records")
-        first_row += batch.num_rows
-    return hits
-
-
-def _audit_batch(
-    batch: pa.RecordBatch, columns: Sequence[str], index, first_row: int, where: str
-) -> list[RowHit]:
-    """Audit each column's distinct values once and report every row holding a leaking one, in
-    both forms (``leakage.audit_texts``): the identifier floor holds for either form's phrases."""
-    check_id_forms(batch, where, first_row)
-    uids = batch.column("uid").to_pylist()
-    hits = []
-    for floor, group in ((index.near_min_chars, [c for c in columns if c in ID_FORMS]),
-                         (0, [c for c in columns if c not in ID_FORMS])):
-        texts, owner = [], []  # one audit call per group: the distinct values of its columns
-        for column in group:
-            values = batch.column(column)
-            if pa.types.is_dictionary(values.type):
-                values = values.cast(values.type.value_type)
-            encoded = pc.dictionary_encode(values)
-            rows_of = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)
-            distinct = encoded.dictionary.to_pylist()
-            owner += [(column, rows_of, k) for k in range(len(distinct))]
-            texts += [_as_text(v) for v in distinct]
-        for hit in leakage.audit_texts(texts, index, min_phrase_chars=floor):
-            column, rows_of, k = owner[hit.text]
-            for row in np.flatnonzero(rows_of == k).tolist():
-                hits.append(RowHit(first_row + row, uids[row], column, replace(hit, text=row)))
-    return sorted(hits, key=lambda h: (h.row, h.column, h.hit.offset))
-
-
-def _as_text(value: str | bytes | None) -> str:
-    """A binary value is read as UTF-8; bytes that are not become U+FFFD, which matches nothing."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return "" if value is None else value
-
-
-def describe_hit(hit: RowHit) -> str:
-    """One shareable line: where the leak is and whose text it is, never the text itself."""
-    return (f"uid={hit.uid} field={hit.column} offset={hit.hit.offset} chars={hit.hit.n_chars} "
-            f"kind={hit.hit.kind} item={hit.hit.item_uid}")
-
-
-# --------------------------------------------------------------------------------------------
-# What the manifest says
-# --------------------------------------------------------------------------------------------
-
-
-def item_counts(table: pa.Table) -> dict[str, dict[str, int]]:
-    """Distinct items per benchmark and split, read from the uid (benchmark/subject/split/row)."""
-    counts: dict[str, dict[str, int]] = {}
-    for uid in pc.unique(table.column("uid")).to_pylist():
-        parts = uid.split("/")
-        if len(parts) != 4:
-            raise RecordsError(f"column uid: {uid!r} is not benchmark/subject/split/row")
-        split = counts.setdefault(parts[0], {})
-        split[parts[2]] = split.get(parts[2], 0) + 1
-    return {b: dict(sorted(s.items())) for b, s in sorted(counts.items())}
-
-
-def model_sources(
-    models: Iterable[str],
-    models_config: Mapping[str, Any],
-    prediction: Mapping[str, Any] | None = None,
-    families: Mapping[str, str] | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Each model with where its weights and tokenizer came from, pinned by sha256.
-
-    The tokenizer source is the one the frozen prediction audited (else the config's offline
-    source), so a reader can check that the audited tokenizer is the model's own.
-    """
-    fams = models_config.get("families") or {}
-    audited = (prediction or {}).get("sources") or {}
-    out: dict[str, dict[str, Any]] = {}
-    for model in sorted(models):
-        entry: dict[str, Any]
-        demo = (models_config.get("demo_models") or {}).get(model)
-        checkpoint = (models_config.get("checkpoints") or {}).get(model)
-        if demo:
-            entry = {"kind": "demo_model", **{k: demo[k] for k in (
-                "family", "upstream", "quantisation", "licence", "provenance", "gguf_sha256",
-                "parts") if k in demo}}
-        elif checkpoint:
-            entry = {"kind": "checkpoint", **{k: checkpoint[k] for k in (
-                "family", "hf", "revision", "role") if k in checkpoint}}
-        else:
-            entry = {"kind": "unknown", "family": (families or {}).get(model),
-                     "note": "not in config/models.yaml"}
-        family = entry.get("family")
-        tokenizer = audited.get(family) or ((fams.get(family) or {}).get("offline") or None)
-        if tokenizer:
-            entry["tokenizer"] = {"spec": tokenizer.get("spec"), "sha256": tokenizer.get("sha256")}
-        out[model] = entry
-    return out
-
-
-# --------------------------------------------------------------------------------------------
-# Claims checklist
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Claim:
-    number: int
-    title: str
-    statement: str
-    notebook: str  # the notebook's name (its source is notebooks/<name>.md)
-    commands: tuple[str, ...] = ()  # direct CLI reproductions, run inside the bundle
-
-
-# The claims of the paper (issue 7, "Claim notebooks"), in the book's order.
-CLAIMS = (
-    Claim(1, "Tokenizer audit", "First-token scoring is degenerate exactly in the cells the "
-          "tokenizer audit predicts, before any model runs.", "01_tokenizer_audit",
-          (f"cube audit --check {PREDICTION_PATH}",)),
-    Claim(2, "Pre-registered tests", "The frozen predictions hold on the observed records; in the "
-          "flagged cells full-sequence scoring recovers accuracy (McNemar).",
-          "02_preregistered_tests", (f"cube confirm {RECORDS_DIR} --prediction {PREDICTION_PATH}",)),
-    Claim(3, "Rank instability", "The footrule between two defensible protocols, set against the "
-          "within-protocol noise floor (mean, 95th percentile, multiple), for the strict and the "
-          "lenient extractor.",
-          "03_rank_instability"),
-    Claim(4, "Partial collision", "Which labels tie and what the tie-break decides.",
-          "04_partial_collision", (f"cube confirm {RECORDS_DIR} --prediction {PREDICTION_PATH}",)),
-    Claim(5, "Leakage", "The released records carry no benchmark text; the scrub statistics.",
-          "05_leakage", ("cube release verify . --items CMMLU_DIR",)),
-    Claim(6, "Whitespace", "`Answer:` + ` A` against `Answer: ` + `A`: accuracy (McNemar), ECE "
-          "and rank changes per model, with the label tokenized in context and apart.", "06_whitespace"),
-    Claim(7, "Partial credit", "The ladder against additive scoring, random baselines, the best "
-          "fixed answer string and a percentile placement.", "07_partial_credit"),
-    Claim(8, "Benchmark practice", "Per-subject, per-category and Hard-subset accuracy, parse "
-          "failures, answer-only against chain-of-thought, a regression table.",
-          "08_benchmark_practice", (f"cube rescore {RECORDS_DIR} --level category",)),
+from cube.release.claims import CLAIM_DETAILS, Claim, claims, claims_checklist  # noqa: F401 (re-exported)
+from cube.release.layout import (  # noqa: F401 (re-exported)
+    BUNDLE_SCHEMA,
+    MANIFEST_NAME,
+    PREDICTION_PATH,
+    RECORDS_DIR,
+    RUNS_DIR,
+    SUMS_NAME,
 )
+from cube.release.manifest import (  # noqa: F401 (re-exported)
+    BENCHMARK_LICENCES,
+    check_manifest,
+    item_counts,
+    manifest_problems,
+    model_sources,
+)
+from cube.release.texts import bundle_readme, citation_cff
 
 
-def claims_checklist(plan: Sequence[Any], repo_root: Path) -> str:
-    """CLAIMS.md: each claim -> its notebook and the commands that reproduce it.
+def __getattr__(name: str) -> Any:
+    """``CLAIMS``, once a hand-written list, is now read from the book's plan when asked for."""
+    if name == "CLAIMS":
+        from cube.paper.book import load_plan
 
-    A claim whose notebook is not in ``config/notebooks.yaml`` (``plan``) or whose source file is
-    missing is marked "not yet written", so the checklist never promises what cannot be run.
-    """
-    lines = [
-        "# Claims checklist",
-        "",
-        "Each claim of the paper, the notebook that computes it from these records (and states it",
-        "as an assertion), and the command that re-executes it. Notebook commands run in a",
-        "checkout of the cube repository; the other commands run inside this bundle.",
-        "",
-        "| # | Claim | Notebook | Status | Reproduce |",
-        "|---|-------|----------|--------|-----------|",
-    ]
-    for claim in CLAIMS:
-        runs = [r for r in plan if Path(r.source).stem == claim.notebook]
-        source = Path(runs[0].source) if runs else repo_root / "notebooks" / f"{claim.notebook}.md"
-        present = bool(runs) and source.is_file()
-        try:
-            shown = source.relative_to(repo_root).as_posix()
-        except ValueError:
-            shown = source.as_posix()
-        if present:
-            status = "present"
-            commands = [f"`cube book execute --only {claim.notebook}`"]
-        else:
-            status = "**not yet written**"
-            commands = []
-        commands += [f"`{c}`" for c in claim.commands]
-        reproduce = "<br>".join(commands) if commands else "—"
-        lines.append(f"| {claim.number} | **{claim.title}.** {claim.statement} | `{shown}` | "
-                     f"{status} | {reproduce} |")
-    n_present = sum("| present |" in line for line in lines)
-    lines += ["", f"{n_present} of {len(CLAIMS)} claim notebooks present.", ""]
-    return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------------------------
-# Bundle text files
-# --------------------------------------------------------------------------------------------
-
-
-def citation_cff(version: str = __version__) -> str:
-    return f"""cff-version: 1.2.0
-message: "If you use these records, please cite them, and the benchmarks they were made on."
-type: dataset
-title: "cube: per-item records for trustworthy multiple-choice LLM evaluation"
-version: "{version}"
-authors:
-  - name: "The cube authors"
-keywords:
-  - multiple-choice evaluation
-  - tokenizer audit
-  - CMMLU
-  - C-Eval
-references:
-  - type: article
-    title: "CMMLU: Measuring massive multitask language understanding in Chinese"
-    authors:
-      - family-names: Li
-        given-names: Haonan
-    year: 2023
-    identifiers:
-      - type: other
-        value: "arXiv:2306.09212"
-    license: CC-BY-NC-SA-4.0
-  - type: article
-    title: "C-Eval: A Multi-Level Multi-Discipline Chinese Evaluation Suite for Foundation Models"
-    authors:
-      - family-names: Huang
-        given-names: Yuzhen
-    year: 2023
-    identifiers:
-      - type: other
-        value: "arXiv:2305.08322"
-    license: CC-BY-NC-SA-4.0
-"""
-
-
-def bundle_readme(manifest: Mapping[str, Any]) -> str:
-    models = ", ".join(manifest["models"]) or "none"
-    items = "; ".join(f"{b}: " + ", ".join(f"{n} {s}" for s, n in splits.items())
-                      for b, splits in manifest["items"].items()) or "none"
-    scrub = manifest["scrub"]
-    audit = manifest["leakage_audit"]
-    licences = "\n".join(f"- {v['name']}: {v['licence']} ({v['source']})"
-                         for v in manifest["benchmark_licences"].values())
-    return f"""# cube release bundle
-
-Per-item records of multiple-choice LLM evaluations: every protocol slice can be re-scored from
-them without running a model. Made with cube {manifest["cube_version"]}.
-
-- `records/`: {manifest["n_records"]:,} records (Parquet, schema `{manifest["records_schema"]}`,
-  their own `MANIFEST.json` with a sha256 per shard). Models: {models}.
-  Items: {items}.
-- `predictions/audit_frozen.json`: the pre-registered tokenizer audit.
-- `MANIFEST.json`: models and their source hashes, protocols, item counts, licences, scrub and
-  leakage-audit figures.
-- `CLAIMS.md`: each claim of the paper, its notebook and the command that reproduces it.
-- `CITATION.cff`: how to cite this bundle and the benchmarks.
-- `SHA256SUMS`: the sha256 of every other file.
-
-## No benchmark text
-
-Records name an item by `uid` (benchmark/subject/split/row) and `qhash` (sha256 of the question,
-16 hex digits) only. The benchmarks are not redistributed; get them from their publishers:
-
-{licences}
-
-Free text (generations) was scrubbed against each record's own item: {scrub["n_changed"]:,} of
-{scrub["n_texts"]:,} texts changed, {scrub["n_spans"]:,} spans ({scrub["n_chars"]:,} characters)
-replaced by `{leakage.MARKER}`. The scrubbed records then passed the leakage audit against all
-{audit["n_items"]:,} {audit["items"]} items ({audit["thresholds"]}): {audit["hits"]} hits.
-
-## Verify and use
-
-```bash
-sha256sum -c SHA256SUMS                      # every file as published
-cube release verify . --items path/to/cmmlu  # checksums, records, prediction, leakage audit
-cube rescore records                         # accuracy of every protocol slice
-cube confirm records --prediction predictions/audit_frozen.json
-```
-"""
-
-
-# --------------------------------------------------------------------------------------------
-# Checksums
-# --------------------------------------------------------------------------------------------
+        return claims(load_plan())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def bundle_files(root: Path) -> list[str]:
@@ -559,31 +106,13 @@ def bundle_files(root: Path) -> list[str]:
 
 
 def sha256sums(root: Path) -> str:
-    """``sha256sum`` text format (hex, two spaces, path), so ``sha256sum -c`` checks it too."""
-    return "".join(f"{sha256_file(root / name)}  {name}\n" for name in bundle_files(root))
-
-
-_SUM_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
+    """The bundle's SHA256SUMS text, so that ``sha256sum -c`` checks it too."""
+    return sums_text({name: sha256_file(root / name) for name in bundle_files(root)})
 
 
 def parse_sha256sums(text: str) -> tuple[dict[str, str], list[str]]:
     """(path -> sha256, problems); a malformed or unsafe line is a problem, not an exception."""
-    listed: dict[str, str] = {}
-    problems: list[str] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        match = _SUM_LINE.match(line)
-        if not match:
-            problems.append(f"{SUMS_NAME} line {number}: not '<sha256>  <path>'")
-            continue
-        digest, name = match.groups()
-        parts = name.split("/")
-        if name.startswith("/") or ".." in parts or "" in parts:
-            problems.append(f"{SUMS_NAME} line {number}: path {name!r} is not inside the bundle")
-        elif name in listed:
-            problems.append(f"{SUMS_NAME} line {number}: {name} listed twice")
-        else:
-            listed[name] = digest
-    return listed, problems
+    return parse_sums(text, SUMS_NAME)
 
 
 # --------------------------------------------------------------------------------------------
@@ -613,7 +142,7 @@ def build_bundle(
     *,
     force: bool = False,
     index: leakage.LeakageIndex | None = None,
-    models_config: Mapping[str, Any] | None = None,
+    models_config: ModelsConfig | None = None,
     plan: Sequence[Any] | None = None,
     allow_incomplete: bool = False,
 ) -> BuildResult:
@@ -628,9 +157,8 @@ def build_bundle(
     short of what its configuration promises (a killed run) is refused unless ``allow_incomplete``.
     """
     from cube.analysis.confirm import model_families
-    from cube.config import REPO_ROOT, load_config
     from cube.paper.book import load_plan
-    from cube.records.store import check_items, read_manifest, read_records, write_records
+    from cube.records.store import check_items, read_manifest, read_records
     from cube.tokenizers.audit import read_prediction
 
     records, out = Path(records), Path(out)
@@ -658,7 +186,6 @@ def build_bundle(
             "scrub does not remove; `cube release audit` lists them all"
         )
 
-    models_config = models_config if models_config is not None else load_config("models")
     plan = plan if plan is not None else load_plan()
     metadata = records_manifest.get("metadata") or {}
     families = model_families(records_manifest)
@@ -982,7 +509,7 @@ def _verify_folder(root: Path, items: Sequence[Item] | None, index) -> VerifyRep
     if report.problems:  # the deeper checks would only restate a changed file
         return report
 
-    for check in (lambda: _check_manifest(root / MANIFEST_NAME),
+    for check in (lambda: check_manifest(root / MANIFEST_NAME),
                   lambda: read_prediction(root / PREDICTION_PATH)):
         try:
             check()
@@ -1013,64 +540,3 @@ def _verify_folder(root: Path, items: Sequence[Item] | None, index) -> VerifyRep
     return report
 
 
-def manifest_problems(root: Path, table: pa.Table) -> list[str]:
-    """What the bundle's MANIFEST.json (and the README made from it) claims, against the records.
-
-    SHA256SUMS only says that no file changed since it was written; a MANIFEST.json edited with
-    its sum updated (``n_records: 99999, synthetic: true``) passed verify. Everything the manifest
-    derives from the records is recomputed from them here: the count, the synthetic flag of the
-    records' own manifest, the models, the protocols and the item counts, and the prediction's
-    content hash. The README is re-rendered from the manifest. This catches an edit to one file
-    that its neighbours contradict; a forger who rewrites records, manifest and sums together
-    passes (see the README's "What the checks guarantee").
-    """
-    from cube.records.store import read_manifest
-    from cube.tokenizers.audit import read_prediction
-
-    path = root / MANIFEST_NAME
-    try:
-        manifest = read_json(path, CubeError, "bundle manifest")
-        records_manifest = read_manifest(root / RECORDS_DIR)
-        doc = read_prediction(root / PREDICTION_PATH)
-    except CubeError as exc:
-        return [str(exc)]
-    if not isinstance(manifest, dict):
-        return [f"{path}: not a JSON object"]
-
-    def canonical(value: Any) -> str:
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
-
-    derived = {
-        "n_records": table.num_rows,
-        "synthetic": bool(records_manifest.get("synthetic")),
-        "protocols": protocols(table),
-        "items": item_counts(table),
-        "prediction": {"path": PREDICTION_PATH, "content_sha256": doc.get("content_sha256")},
-    }
-    problems = []
-    for key, value in derived.items():
-        if canonical(manifest.get(key)) != canonical(value):
-            shown = canonical(manifest.get(key))
-            problems.append(f"{path}: {key} {shown[:60]} does not match the records and prediction "
-                            f"it describes ({canonical(value)[:60]})")
-    models = sorted(pc.unique(table.column("model")).to_pylist())
-    if not isinstance(manifest.get("models"), dict) or sorted(manifest["models"]) != models:
-        listed = sorted(manifest["models"]) if isinstance(manifest.get("models"), dict) else manifest.get("models")
-        problems.append(f"{path}: models {listed!r} are not the records' models {models!r}")
-    readme = root / "README.md"  # re-rendered only by the cube version that wrote it (its wording may change)
-    if not problems and readme.is_file() and manifest.get("cube_version") == __version__:
-        try:
-            written = readme.read_text(encoding="utf-8")
-            expected = bundle_readme(manifest)
-        except (UnicodeDecodeError, KeyError, TypeError, ValueError, AttributeError):
-            written, expected = "", None
-        if written != expected:
-            problems.append(f"{readme}: does not say what {MANIFEST_NAME} says (re-rendered from it, it differs)")
-    return problems
-
-
-def _check_manifest(path: Path) -> None:
-    manifest = read_json(path, CubeError, "bundle manifest")
-    if not isinstance(manifest, dict) or manifest.get("bundle_schema") != BUNDLE_SCHEMA:
-        found = manifest.get("bundle_schema") if isinstance(manifest, dict) else None
-        raise CubeError(f"{path}: bundle_schema {found!r} is not {BUNDLE_SCHEMA!r}")
