@@ -17,6 +17,7 @@ from cube.analysis.credit.numbers import (
     _to_count,
     decimal_text,
     load_exact_yaml,
+    refuse_unknown_keys,
     to_fraction,
 )
 from cube.analysis.credit.schemes import CreditScheme, expected_score, resolve_scheme
@@ -58,12 +59,7 @@ def _part(raw: dict, key: str, where: str) -> dict:
     part = raw.get(key) or {}
     if not isinstance(part, dict):
         raise ConfigError(f"{where}: {key} must be a mapping")
-    unknown = sorted(set(map(str, part)) - _PART_KEYS[key])
-    if unknown:
-        raise ConfigError(
-            f"{where}: {key} has unknown key(s) {', '.join(unknown)}; "
-            f"known: {', '.join(sorted(_PART_KEYS[key]))}"
-        )
+    refuse_unknown_keys(part, _PART_KEYS[key], f"{where}: {key} has ")
     return part
 
 
@@ -82,11 +78,7 @@ def load_exam(spec: str | Path) -> ExamStructure:
     where = str(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: an exam structure must be a mapping")
-    unknown = sorted(set(map(str, raw)) - _EXAM_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_EXAM_KEYS))}"
-        )
+    refuse_unknown_keys(raw, _EXAM_KEYS, f"{where}: ")
     p1, p2, p3 = (_part(raw, key, where) for key in ("part_I", "part_II", "part_III"))
     n1 = _to_count(p1.get("questions", 0), f"{where} part_I.questions")
     w1 = to_fraction(p1.get("points", 0), f"{where} part_I.points")

@@ -121,3 +121,13 @@ def _read_csv(
             given = sum(value is not None for value in row.values())
             raise ConfigError(f"{path} line {line}: {given} fields, fewer than the header's {len(header)}")
     return header, rows
+
+
+def refuse_unknown_keys(mapping: dict, known: set[str] | frozenset[str], prefix: str) -> None:
+    """A misspelt key in a scheme or exam file is an error, not a silently ignored setting.
+
+    ``prefix`` starts the message: the file, and the part of it where that is not the top level.
+    """
+    unknown = sorted(set(map(str, mapping)) - set(known))
+    if unknown:
+        raise ConfigError(f"{prefix}unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")

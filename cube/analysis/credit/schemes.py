@@ -11,7 +11,14 @@ from typing import Any
 
 from cube.config import config_dir
 from cube.errors import ConfigError
-from cube.analysis.credit.numbers import HALF, _to_count, decimal_text, load_exact_yaml, to_fraction
+from cube.analysis.credit.numbers import (
+    HALF,
+    _to_count,
+    decimal_text,
+    load_exact_yaml,
+    refuse_unknown_keys,
+    to_fraction,
+)
 
 
 @dataclass(frozen=True)
@@ -82,12 +89,7 @@ def scheme_from_data(data: Any, name: str, where: str) -> CreditScheme:
         data = {"points": data}
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a scheme must be a list of points or a mapping with 'points'")
-    unknown = sorted(set(map(str, data)) - _SCHEME_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; "
-            f"known: {', '.join(sorted(_SCHEME_KEYS))}"
-        )
+    refuse_unknown_keys(data, _SCHEME_KEYS, f"{where}: ")
     raw_points = data.get("points")
     if not isinstance(raw_points, list):
         raise ConfigError(f"{where}: 'points' must be a list, one entry per count 0..k")
