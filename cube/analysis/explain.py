@@ -183,7 +183,7 @@ class Explanation:
     prompt_diff: list[str]
     subjects: list[dict[str, Any]] = field(default_factory=list)
     # the largest |score A - score B| of one option on a common item, where both sides use one
-    # scorer (None otherwise): how far two harnesses' numbers for the same protocol are apart
+    # scorer on byte-equal prompts (None otherwise): how far two harnesses' numbers are apart
     max_score_difference: float | None = None
 
     def factor(self, name: str) -> Factor:
@@ -407,7 +407,8 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
 
 
 def _max_score_difference(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) -> float | None:
-    if cell_of(a.table)["scorer"] != cell_of(b.table)["scorer"] or len(rows_a) == 0:
+    if cell_of(a.table)["scorer"] != cell_of(b.table)["scorer"] or len(rows_a) == 0 \
+            or compare_protocols(a, b, rows_a, rows_b)["prompt_bytes"]["status"] != "same":
         return None
     scores_a = list_matrix(a.table.take(pa.array(rows_a)), "scores")
     scores_b = list_matrix(b.table.take(pa.array(rows_b)), "scores")

@@ -32,6 +32,8 @@ SCORER_NORMALISATION = {
     "M6-strict": "generation, strict extraction",
     "M6-lenient": "generation, lenient extraction",
     "TF": "true/false judgement of each option",
+    "OC-ppl": "PPL over each label's whole prompt (OpenCompass)",
+    "OC-gen": "generation, first capital letter (OpenCompass)",
 }
 CUBE_TOKENIZATION = {"in_context": "whole text, label past the common prefix",
                      "separate": "prompt and label tokenized apart"}

@@ -61,7 +61,7 @@ def format_explanation(data: dict, subjects: int = 10) -> str:
                  f"McNemar p = {paired['mcnemar_p']:.3g}; B - A {_pct(boot['delta'])}, 95% item-clustered "
                  f"bootstrap [{_pct(boot['lo'])}, {_pct(boot['hi'])}] (B={boot['B']})")
     if data["max_score_difference"] is not None:
-        lines.append(f"one scorer on both sides: the largest |score A - score B| of an option on a common item "
+        lines.append(f"one scorer on byte-equal prompts: the largest |score A - score B| of an option on a common item "
                      f"is {data['max_score_difference']:.3g}")
     lines.append("")
     lines.append(f"{'factor':<21} {'share':>10} {'over orders':>23} {'items':>5}  status")

@@ -330,3 +330,15 @@ def test_a_different_question_under_one_uid_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="not the same question"):
         explained(store(tmp_path, "a", a), store(tmp_path, "b", b))
 
+
+
+def test_the_largest_score_difference_only_on_byte_equal_prompts(tmp_path):
+    a = outcome_records(pattern(40), **TOKENS)
+    b = [dict(r, scores=[s - 0.25 if i == 2 else s for i, s in enumerate(r["scores"])],
+              probs=None) for r in a]
+    b = [record(**{k: v for k, v in r.items() if k not in ("probs", "tied", "correct", "parse_failed")})
+         for r in b]
+    e = explained(store(tmp_path, "a", a), store(tmp_path, "b", b))
+    assert e.gap == 0 and e.max_score_difference == 0.25
+    other = outcome_records(pattern(40), context="zh_cue_newline", **TOKENS)
+    assert explained(store(tmp_path, "a2", a), store(tmp_path, "b2", other)).max_score_difference is None

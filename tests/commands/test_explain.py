@@ -123,3 +123,25 @@ def test_an_incomplete_store_is_refused_unless_allowed(run, store):
     assert code == 2 and out == "" and "incomplete store" in err and "--allow-incomplete" in err
     code, out, err = run(*argv, "--allow-incomplete")
     assert code == 0 and "gap B - A: -30.00 pp" in out, err
+
+
+def test_cube_and_lm_eval_on_byte_equal_prompts(run):
+    """cube's own run against lm-eval running cube's prompt: the same decisions on all 24 items,
+    and the largest log-likelihood difference as the two tables give it."""
+    cube_store = REPO_ROOT / "data" / "harnesses" / "cube-smollm2-24"
+    where = "scorer=M1-seq,label_set=L1_halfwidth,context=zh_cue"
+    code, out, err = run(f"{cube_store}:{where}", f"{IMPORTED}:{where}", "--json", "--bootstrap", "100")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["gap"]["exact"] == "0/1" and doc["items"]["both"] == 24
+    assert doc["paired"]["only_a"] == doc["paired"]["only_b"] == 0
+
+    def scores(path):
+        t = read_records(path)
+        t = t.filter(pc.and_(pc.equal(t.column("scorer"), "M1-seq"), pc.equal(t.column("context"), "zh_cue")))
+        t = t.filter(pc.equal(t.column("label_set"), "L1_halfwidth"))
+        return dict(zip(t.column("uid").to_pylist(), t.column("scores").to_pylist()))
+
+    a, b = scores(cube_store), scores(IMPORTED)
+    expected = max(abs(x - y) for uid in a for x, y in zip(a[uid], b[uid]))
+    assert doc["max_score_difference"] == expected and 0 < expected < 1e-3
