@@ -159,7 +159,9 @@ class Factor:
     low: Fraction  # the least and most this factor takes over the 6 orders of the stages
     high: Fraction
     items: int  # discordant common items whose cause it is (outcome factors)
-    status: str  # "identified" | "no difference" | NOT_IDENTIFIABLE (its share is in the remainder)
+    # "identified" | "no difference" | NOT_IDENTIFIABLE (its share is in the remainder) | "differs;
+    # changes no item's outcome"; the remainder's is "unattributed" where it holds items
+    status: str
     detail: str
 
 
@@ -362,6 +364,8 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
         values = [s[name] for s in spread]
         n_items = int((cause == name).sum())
         status = "identified" if fixed[name] != 0 or n_items else "no difference"
+        if name == "remainder" and status == "identified":
+            status = "unattributed"  # the items no named factor can take, with the reason why
         detail = ""
         if name in protocol:
             detail = f"A {protocol[name]['a']}; B {protocol[name]['b']}"
