@@ -39,6 +39,8 @@ def test_lm_eval_tasks_render_cube_requests_byte_for_byte(bench, tmp_path, bench
     spec = bench.cube_spec(argv)
     items = list(spec.items)
     assert len(items) == 3
+    config = bench.cube_config(MODEL, 3, 0, "full", tmp_path / "out", str(benchmarks_root / "cmmlu"))
+    assert bench.cube_spec(config) == spec  # the config itself, without argparse: the same run
     work = bench.cube_workload(spec, model_tokenizer(model_source(MODEL)))
     assert sorted(work.requests) == [("M1-seq", name) for name in bench.LABEL_SETS] + [("M2", "-")]
 

@@ -35,6 +35,7 @@ from cube import __version__
 from cube.atomic import atomic_write_text, temp_files
 from cube.errors import ConfigError
 from cube.harness.backends.base import Backend, ContinuationLogprobs, ScoreRequest
+from cube.harness.run_config import RunConfig
 from cube.harness.extract import extract_lenient, extract_strict
 from cube.harness.scorers import SCORERS, ContinuationScores, ScoreResult, decide, option_distribution
 from cube.protocol.items import Item
@@ -60,9 +61,9 @@ class RunSpec:
     cells: tuple[Cell, ...]
     scorers: tuple[str, ...]
     dev_items: tuple[Item, ...] = ()
-    shard_size: int = 50
-    batch_size: int = 16
-    shard: tuple[int, int] = (0, 1)  # (K, N): this process runs chunks with index % N == K
+    shard_size: int = RunConfig.default("shard_size")  # each default stated once, in RunConfig
+    batch_size: int = RunConfig.default("batch_size")
+    shard: tuple[int, int] = RunConfig.default("shard")  # (K, N): this process runs chunks with index % N == K
     max_new_tokens: int | None = None
     extra: dict = field(default_factory=dict)  # logged only (dtype, backend, sample seed, ...)
     # Every item of the benchmark, indexed, so that a generation quoting ANOTHER item is scrubbed
@@ -80,12 +81,18 @@ class RunSpec:
             raise ConfigError(f"shard size must be at least 1, got {self.shard_size}")
 
     def config_hash(self) -> str:
-        return _digest({
-            "model": self.model, "uids": [i.uid for i in self.items], "qhash": [i.qhash for i in self.items],
-            "cells": [c.key for c in self.cells], "scorers": sorted(self.scorers),
-            "shard_size": self.shard_size, "max_new_tokens": self.max_new_tokens,
-            "templates": load_templates(),
-        })
+        """The run's one identity: a digest of what a resume compares (``cell_configs``).
+
+        Version 2 (``CONFIG_HASH_VERSION``, logged beside it). Version 1, in run-log lines without
+        a ``config_hash_version``, digested the model, items, cells, scorers, shard size, generation
+        length and templates but not the dtype, backend, device, batch size or model sha256, so a
+        run under another dtype carried the same hash; no check reads either version back (the
+        resume check compares the manifest's cell configurations), so old lines stay as written.
+        """
+        return _digest({"version": CONFIG_HASH_VERSION, "cells": cell_configs(self)})
+
+
+CONFIG_HASH_VERSION = 2
 
 
 def _digest(value: object) -> str:
@@ -94,7 +101,7 @@ def _digest(value: object) -> str:
 
 
 # What decides a cell's records besides the cell itself. The settings come from ``RunSpec.extra``
-# (``cube run`` fills them in); STORE_FIELDS are shared by every cell of one model in a store, so
+# (``cube.harness.run_config.build_spec`` fills them in from a ``RunConfig``); STORE_FIELDS are shared by every cell of one model in a store, so
 # a new cell may join a store only when they agree, and a resumed cell must agree on all fields.
 RECORDED_SETTINGS = ("model_sha256", "dtype", "backend", "device", "benchmark", "split", "subjects",
                      "sample", "within", "seed")
@@ -513,26 +520,32 @@ def iterate_jobs(backend: Backend, spec: RunSpec, out: Path, progress: bool = Tr
     bar.close()
 
 
-def run(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | None = None, progress: bool = True) -> dict:
+def run(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | None = None, progress: bool = True,
+        plan: ResumePlan | None = None) -> dict:
     """Run every pending shard, then append a run log entry (config hash, versions, wall time).
 
-    The whole run holds the store's writer lock (``cube.records.store.writer_lock``).
+    The whole run holds the store's writer lock (``cube.records.store.writer_lock``). ``plan``:
+    the caller's ``resume_plan`` of ``spec`` under that same lock, after its ``preflight`` (as
+    ``cube run`` does before it loads the model); without one, both are done here.
     """
     from cube.records.store import writer_lock
 
     with writer_lock(out):
-        return _run_locked(backend, spec, out, model_sha256, progress)
+        return _run_locked(backend, spec, out, model_sha256, progress, plan)
 
 
-def _run_locked(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | None, progress: bool) -> dict:
+def _run_locked(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | None, progress: bool,
+                plan: ResumePlan | None) -> dict:
     from cube.records.store import check_cells, create_store
 
     t0 = time.perf_counter()
-    preflight(spec)
-    check_cells(out, cell_configs(spec), STORE_FIELDS)  # each cell is checked again with its first shard
+    if plan is None:
+        preflight(spec)
+        check_cells(out, cell_configs(spec), STORE_FIELDS)  # each cell is checked again with its first shard
     create_store(out)
-    clean_temp_files(spec, out)
-    plan = resume_plan(spec, out)
+    clean_temp_files(spec, out)  # this spec's own shards' temp files only: the plan never lists them
+    if plan is None:
+        plan = resume_plan(spec, out)
     todo, skipped = plan.todo, plan.done
     n_rows = n_items = 0
     for job, rows in iterate_jobs(backend, spec, out, progress, todo=todo):
@@ -540,7 +553,7 @@ def _run_locked(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | 
         n_items += len(job.items)
     wall = time.perf_counter() - t0
     log = {
-        "config_hash": spec.config_hash(), "model": spec.model, "model_sha256": model_sha256,
+        "config_hash": spec.config_hash(), "config_hash_version": CONFIG_HASH_VERSION, "model": spec.model, "model_sha256": model_sha256,
         "shard": f"{spec.shard[0]}/{spec.shard[1]}", "jobs_run": len(todo), "jobs_skipped": skipped,
         "records_written": n_rows, "item_jobs": n_items, "wall_s": round(wall, 2),
         "items_per_s": round(n_items / wall, 3) if wall > 0 else None,

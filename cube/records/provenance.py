@@ -130,34 +130,17 @@ def logged_protocols(entries: Iterable[Mapping[str, Any]]) -> set[tuple[str, str
 def logged_files(entry: Mapping[str, Any]) -> list[str]:
     """The shard files (``<model>/<file>.parquet``) a finished run left in its store.
 
-    A finished run had every shard of its plan on disk, written or found, so this is its plan:
-    as logged, or for older lines re-planned from the logged scorers, cells, item count, shard
-    size (the command's ``--shard-size``, else the default) and shard, and checked against the
-    number of jobs the line says it ran and skipped. A line without a plan vouches for nothing.
+    A finished run had every shard of its plan on disk, written or found, so this is its plan, as
+    logged. A harness run's line from before plans were logged (an item count and scorers, no
+    ``files``) is refused: ``scripts/migrate_run_logs.py`` gives it its list once (it re-plans as
+    the runner does, which ``records`` must not import). A line of no harness run vouches for nothing.
     """
     if "files" in entry:
         return [str(f) for f in entry["files"]]
-    from dataclasses import replace
-
-    from cube.harness.runner import RunSpec, plan_jobs
-    from cube.protocol.label_sets import LabelSet
-    from cube.protocol.prompts import Cell
-
-    model = entry.get("model")
-    if not isinstance(entry.get("n_items"), int) or not entry.get("scorers"):
-        return []  # not a harness run's line (e.g. hand-written): it vouches for no shard
-    command = shlex.split(str(entry.get("command") or ""))
-    size = int(command[command.index("--shard-size") + 1]) if "--shard-size" in command else 50
-    k, n = (int(x) for x in str(entry.get("shard", "0/1")).split("/"))
-    cells = tuple(Cell(LabelSet(ls, ("A", "B")), ctx, shots, order)
-                  for ls, ctx, shots, order in (_cell_parts(c, model) for c in entry.get("cells", [])))
-    spec = RunSpec(model=str(model), items=(None,) * entry["n_items"], cells=cells,
-                   scorers=tuple(entry["scorers"]), shard_size=size)
-    jobs = plan_jobs(replace(spec, shard=(k, n)))
-    if len(jobs) != int(entry.get("jobs_run") or 0) + int(entry.get("jobs_skipped") or 0):
-        raise RecordsError(f"run log of {model!r}: a line's {len(jobs)} planned shards do not match the "
-                           "jobs it ran and skipped")
-    return [f"{model}/{job.filename}" for job in jobs]
+    if isinstance(entry.get("n_items"), int) and entry.get("scorers"):
+        raise RecordsError(f"run log of {entry.get('model')!r}: a line lists no files (it predates them); "
+                           "give it its list once with scripts/migrate_run_logs.py STORE")
+    return []  # not a harness run's line (e.g. hand-written): it vouches for no shard
 
 
 def incomplete_cells(store: str | Path, listed: Iterable[str]) -> list[str]:

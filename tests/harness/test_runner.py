@@ -417,3 +417,32 @@ def test_bad_cells_fail_before_the_backend_is_touched(tmp_path, items):
             run(None, bad, tmp_path, progress=False)
         assert "\n" not in str(caught.value)
         assert not (tmp_path / MANIFEST_NAME).exists()  # nothing recorded
+
+
+def test_a_run_given_its_plan_tries_the_prompts_and_plans_the_resume_once(tmp_path, items, tiny_qwen3, qwen3_tokenizer,
+                                                                         monkeypatch):
+    """Issue 25: ``cube run`` planned the resume and tried every prompt, then ``run`` did both again."""
+    import json
+
+    import cube.harness.runner as runner
+
+    calls = {"preflight": 0, "resume_plan": 0}
+    for name in calls:
+        real = getattr(runner, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(runner, name, counted)
+    spec = label_only(items)
+    run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)  # no plan: run makes its own
+    assert calls == {"preflight": 1, "resume_plan": 1}
+    more = label_only(items, cells=spec.cells + (Cell(load_label_sets()["L4_circled"], "zh_cue", 0),))
+    runner.preflight(more)
+    plan = runner.resume_plan(more, tmp_path)  # as cube run does, before the model loads
+    log = run(backend(tiny_qwen3, qwen3_tokenizer), more, tmp_path, progress=False, plan=plan)
+    assert calls == {"preflight": 2, "resume_plan": 2}  # the given plan is used as it is
+    assert (log["jobs_run"], log["jobs_skipped"]) == (len(plan.todo), plan.done) == (2, 2)
+    logged = json.loads((tmp_path / "tiny" / "runlog.jsonl").read_text().splitlines()[-1])
+    assert logged["config_hash"] == more.config_hash() and logged["config_hash_version"] == 2

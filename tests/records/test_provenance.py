@@ -85,7 +85,7 @@ def test_logged_protocols_are_the_record_protocols_each_scorer_writes():
 
 
 def test_archived_run_logs_vouch_for_every_shard_and_a_deleted_cell_is_reported(tmp_path):
-    """Older log lines name no files: their plan is rebuilt from the logged spec (issue 11)."""
+    """Every line names its files (older ones migrated once, issue 25), so a gone cell shows (issue 11)."""
     import shutil
 
     from cube.config import REPO_ROOT
@@ -105,6 +105,31 @@ def test_archived_run_logs_vouch_for_every_shard_and_a_deleted_cell_is_reported(
     (store / victim).unlink()
     with pytest.raises(RecordsError, match=rf"cells incomplete: {victim.rsplit('--', 1)[0]} \(1 of 12 shards gone"):
         read_records(store, verify=False)
+
+
+def test_an_unmigrated_harness_line_is_refused_naming_the_migration():
+    """Re-planning it would need the harness's planner, which records/ must not import (issue 25)."""
+    from cube.records.provenance import logged_files
+
+    with pytest.raises(RecordsError, match=r"run log of 'm1': a line lists no files .*scripts/migrate_run_logs.py"):
+        logged_files(OLD_LINE)
+    assert logged_files({"model": "m1", "wall_s": 1.0}) == []  # not a harness run's line: vouches for nothing
+    assert logged_files({**OLD_LINE, "files": ["m1/a--00000.parquet"]}) == ["m1/a--00000.parquet"]
+
+
+def test_reading_the_archive_imports_no_harness():
+    """Circle 1: a store read once imported cube.harness.runner to re-plan old lines' shards."""
+    import subprocess
+    import sys
+
+    from cube.config import REPO_ROOT
+
+    code = ("import sys; from cube.records.store import read_records; "
+            "read_records('data/sample', verify=False); read_records('data/records', verify=False); "
+            "print(sorted(m for m in sys.modules if m.startswith('cube.harness')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
 
 
 def test_the_zero_shot_sample_counts_neither_judgement_only_items_nor_5_shot_records():

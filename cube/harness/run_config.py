@@ -1,0 +1,183 @@
+"""One run's configuration, typed, with each default stated once (``RunConfig``).
+
+``cube run``'s settings used to live in eight places (argparse, the logged command's option list,
+an untyped ``extra`` dict, the spec, the recorded settings, the cell configurations, the run-log
+dict, and provenance's re-parse of a logged command), with shard size 50 written three times;
+resume safety depended on all of them agreeing. Here they are one frozen ``RunConfig``: argparse
+reads its defaults from it (``from_cli``), a benchmark or a notebook builds one without argparse,
+the run log records it (``to_log``) and a logged run reads back as one (``from_log``, older lines
+through their command), and the runner's ``RunSpec`` takes its defaults from it.
+``cube.harness.build.build_spec`` turns it into the ``RunSpec`` the runner executes.
+
+What a resume compares is ``cube.harness.runner.cell_configs`` of the spec (one dict per cell, in
+the store's manifest), and ``RunSpec.config_hash`` is its digest: the one identity of a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from dataclasses import MISSING, asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from cube.errors import ConfigError
+
+# The options a logged command spells out, in the order it spells them: all but ``data`` and
+# ``device``, which name this machine (``device`` is still logged, in the cell configurations).
+COMMAND_FIELDS = ("model", "benchmark", "split", "sample", "within", "seed", "subjects", "label_sets", "scorers",
+                  "shots", "contexts", "orders", "backend", "dtype", "batch_size", "shard_size", "shard",
+                  "max_new_tokens", "out")
+LIST_FIELDS = ("subjects", "label_sets", "scorers", "shots", "contexts", "orders")
+POSITIVE_FIELDS = ("sample", "within", "max_new_tokens", "batch_size", "shard_size")
+
+
+def flag(name: str) -> str:
+    """The command-line option of a field (``contexts`` is spelt ``--cues``)."""
+    return "--cues" if name == "contexts" else "--" + name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What ``cube run`` is asked to do; every field has the CLI option of its name (``flag``)."""
+
+    model: str
+    benchmark: str = "cmmlu"
+    split: str = "test"
+    sample: int | None = None
+    within: int | None = None
+    seed: int = 0
+    subjects: tuple[str, ...] | None = None
+    label_sets: tuple[str, ...] = ("L1_halfwidth",)
+    scorers: tuple[str, ...] = ("M1-seq", "M1-strict")
+    shots: tuple[int, ...] = (0,)
+    contexts: tuple[str, ...] = ("zh_cue",)
+    orders: tuple[str, ...] = ("original",)
+    backend: str = "hf"
+    dtype: str = "auto"
+    batch_size: int = 16
+    shard_size: int = 50
+    shard: tuple[int, int] = (0, 1)  # (K, N): run only chunks with index % N == K
+    max_new_tokens: int | None = None
+    out: Path | None = None
+    data: Path | None = None  # the benchmark folder; None: the lookup of ``cube data list``
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        from cube.records.schema import ALL_SCORERS
+
+        for name in LIST_FIELDS:  # lists arrive as lists from JSON and argparse: stored as tuples
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, tuple(value))
+        object.__setattr__(self, "shard", tuple(self.shard))
+        for name in ("out", "data"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, Path(value))
+        for name in POSITIVE_FIELDS:
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{flag(name)} {value} must be at least 1")
+        unknown = [s for s in self.scorers if s not in ALL_SCORERS]
+        if unknown:
+            raise ConfigError(f"unknown scorer {unknown[0]!r}; known: {', '.join(ALL_SCORERS)}")
+        k, n = self.shard
+        if not (n >= 1 and 0 <= k < n):
+            raise ConfigError(f"--shard {k}/{n}: need 0 <= K < N")
+        if self.within is not None and (self.sample is None or self.sample > self.within):
+            raise ConfigError(f"--within {self.within} needs a --sample of at most {self.within}")
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The default of field ``name``: what argparse offers, stated here only."""
+        field = next(f for f in fields(cls) if f.name == name)
+        if field.default is MISSING:
+            raise ConfigError(f"run configuration field {name!r} has no default")
+        return field.default
+
+    @classmethod
+    def from_cli(cls, namespace: argparse.Namespace) -> RunConfig:
+        """The configuration of a parsed ``cube run`` command line (``--shard`` still ``K/N`` text)."""
+        values = {f.name: getattr(namespace, f.name) for f in fields(cls) if hasattr(namespace, f.name)}
+        if isinstance(values.get("shard"), str):
+            values["shard"] = parse_shard(values["shard"])
+        return cls(**values)
+
+    @classmethod
+    def from_command(cls, command: str) -> RunConfig:
+        """The configuration of a logged ``cube run`` command (``command_line``'s own form)."""
+        parts = shlex.split(command)
+        if parts[:2] != ["cube", "run"] or len(parts) % 2:
+            raise ConfigError(f"not a logged `cube run` command: {command!r}")
+        by_flag = {flag(f.name): f.name for f in fields(cls)} | {"--contexts": "contexts"}
+        values: dict[str, Any] = {}
+        for option, text in zip(parts[2::2], parts[3::2]):
+            name = by_flag.get(option)
+            if name is None:
+                raise ConfigError(f"unknown option {option!r} in the logged command {command!r}")
+            values[name] = _from_text(name, text)
+        if "model" not in values:
+            raise ConfigError(f"the logged command {command!r} names no --model")
+        return cls(**values)
+
+    @classmethod
+    def from_log(cls, entry: Mapping[str, Any]) -> RunConfig:
+        """The configuration a run log line records: its ``config``, else its (rebuilt) command."""
+        if isinstance(entry.get("config"), Mapping):
+            return cls(**entry["config"])
+        from cube.records.provenance import run_command
+
+        return cls.from_command(run_command(entry))
+
+    def to_log(self) -> dict[str, Any]:
+        """The configuration as the run log records it (JSON values; no ``data``, a local path)."""
+        logged = asdict(self)
+        del logged["data"]
+        for name, value in logged.items():
+            if isinstance(value, tuple):
+                logged[name] = list(value)
+            elif isinstance(value, Path):
+                logged[name] = str(value)
+        return logged
+
+    def command_line(self) -> str:
+        """The run as one explicit command (every option spelled out), for the run log and provenance."""
+        parts = ["cube", "run"]
+        for name in COMMAND_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                parts += [flag(name), _as_text(name, value)]
+        return shlex.join(parts)
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    """``K/N`` as (K, N); checked for 0 <= K < N by ``RunConfig``."""
+    try:
+        k, n = (int(x) for x in str(value).split("/"))
+    except ValueError:
+        raise ConfigError(f"--shard {value!r} must look like K/N, e.g. 0/4") from None
+    return k, n
+
+
+def _as_text(name: str, value: Any) -> str:
+    if name == "shard":
+        return f"{value[0]}/{value[1]}"
+    return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
+
+
+def _from_text(name: str, text: str) -> Any:
+    if name == "shard":
+        return parse_shard(text)
+    if name in LIST_FIELDS:
+        entries = text.split(",")
+        return tuple(int(e) for e in entries) if name == "shots" else tuple(entries)
+    if name in POSITIVE_FIELDS or name == "seed":
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"{flag(name)} {text!r} is not an integer") from None
+    return text
+
+
+__all__ = ["COMMAND_FIELDS", "LIST_FIELDS", "POSITIVE_FIELDS", "RunConfig", "flag", "parse_shard"]
