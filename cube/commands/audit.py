@@ -109,14 +109,8 @@ def _audit_families(offline_sources: dict[str, dict], label_sets, contexts) -> l
 
 def run(args: argparse.Namespace) -> int:
     from cube.protocol.label_sets import LabelSet, select_label_sets
-    from cube.tokenizers.audit import (
-        cells_to_json,
-        diff_predictions,
-        format_table,
-        load_contexts,
-        prediction_document,
-        read_prediction,
-    )
+    from cube.protocol.prompts import load_contexts
+    from cube.tokenizers.audit import cells_to_json, diff_predictions, format_table, prediction_document, read_prediction
 
     if args.freeze and Path(args.freeze).is_dir():  # checked before any tokenizer is fetched
         raise ConfigError(f"--freeze {args.freeze} is a folder; give the prediction file to write")

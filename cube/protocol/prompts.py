@@ -8,6 +8,7 @@ re-derived and re-scored from its uid and cell alone.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -40,6 +41,17 @@ class Cell:
     def key(self) -> str:
         """A stable name for records and file names."""
         return f"{self.label_set.name}|{self.context}|{self.shots}shot|{self.order}"
+
+
+@dataclass(frozen=True)
+class Context:
+    """An answer context: the cue the prompt ends with and the text written before the label."""
+
+    name: str
+    cue: str
+    label_prefix: str
+    description: str = ""
+    tokenization: str = "in_context"  # or "separate": see cube.protocol.tokenization
 
 
 @dataclass(frozen=True)
@@ -92,20 +104,35 @@ def _field(templates: Any, *keys: str) -> Any:
     return node
 
 
-def context_tokenization(templates: dict, name: str) -> str:
-    """How a named answer context tokenizes its labels: 'in_context' unless it says 'separate'."""
-    answer_context(templates, name)  # a clear error for an unknown context
-    value = str(templates["contexts"][name].get("tokenization", "in_context"))
-    continuation_tokenizer(value)  # a clear error for an unknown tokenization
-    return value
+def load_contexts(names: Iterable[str] | None = None, templates: dict | None = None) -> list[Context]:
+    """The named answer contexts of config/templates.yaml (none named: all, the default first).
+
+    The one reader of the answer-context axis, for the audit, the harness and the importers alike:
+    each read the YAML its own way before, with three different errors for an unknown name.
+    """
+    templates = templates if templates is not None else load_templates()
+    raw = _field(templates, "contexts")
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError("config/templates.yaml: `contexts` must map names to answer contexts")
+    default = templates.get("default_context")
+    order = [default] + [n for n in raw if n != default] if default in raw else list(raw)
+    out = []
+    for name in list(names) if names else order:
+        if name not in raw:
+            raise ConfigError(f"unknown answer context {name!r}; known: {', '.join(order)}")
+        entry = raw[name]
+        cue = _field(raw, name, "cue")
+        tokenization = str(entry.get("tokenization", "in_context"))
+        continuation_tokenizer(tokenization)  # a clear error for an unknown tokenization
+        out.append(Context(name, str(cue), str(entry.get("label_prefix", "")), str(entry.get("description", "")),
+                           tokenization))
+    return out
 
 
 def answer_context(templates: dict, name: str) -> tuple[str, str]:
     """(cue, label_prefix) of a named answer context."""
-    contexts = _field(templates, "contexts")
-    if name not in contexts:
-        raise ConfigError(f"unknown answer context {name!r}; known: {', '.join(contexts)}")
-    return str(_field(contexts, name, "cue")), str(_field(contexts, name, "label_prefix"))
+    context = load_contexts([name], templates)[0]
+    return context.cue, context.label_prefix
 
 
 # --- option order and shots ---------------------------------------------------------------------
@@ -177,13 +204,22 @@ def render_prompt(
     only) and end with their answer written as the scored continuation would be.
     """
     templates = templates if templates is not None else load_templates()
+    return prompt_in_context(item, cell, load_contexts([cell.context], templates)[0], dev_items, templates)
+
+
+def prompt_in_context(
+    item: Item, cell: Cell, context: Context, dev_items: list[Item] | None = None, templates: dict | None = None
+) -> Prompt:
+    """``render_prompt`` with its answer context given whole, not named: the one prompt builder,
+    also for the audit's own item and for an imported harness's cue, which templates.yaml lacks."""
+    templates = templates if templates is not None else load_templates()
     labels = cell.label_set.labels
     if len(labels) != len(item.options):
         raise ConfigError(
             f"label set {cell.label_set.name!r} has {len(labels)} labels but {item.uid} has "
             f"{len(item.options)} options"
         )
-    cue, label_prefix = answer_context(templates, cell.context)
+    cue, label_prefix = context.cue, context.label_prefix
     permutation = option_permutation(cell.order, len(item.options))
     identity = tuple(range(len(item.options)))
     blocks = [
@@ -191,14 +227,15 @@ def render_prompt(
         for shot in select_shots(item, dev_items, cell.shots)
     ]
     blocks.append(_question_block(templates, item, labels, permutation, cue))
-    context = _header(templates, item) + str(_field(templates, "shot_separator")).join(blocks)
+    separator = str(_field(templates, "shot_separator")) if len(blocks) > 1 else ""  # zero-shot needs none
+    text = _header(templates, item) + separator.join(blocks)
     gold = permutation.index(item.answer) if item.answer is not None else None
     return Prompt(
-        context=context,
+        context=text,
         label_continuations=tuple(label_prefix + label for label in labels),
         gold=gold,
         permutation=permutation,
-        tokenization=context_tokenization(templates, cell.context),
+        tokenization=context.tokenization,
     )
 
 

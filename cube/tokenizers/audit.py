@@ -14,28 +14,17 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from cube import __version__
-from cube.config import load_config
 from cube.errors import ConfigError, PredictionMismatch
 from cube.files import read_json
+from cube.protocol.items import Item
 from cube.protocol.label_sets import LabelSet
-from cube.protocol.prompts import context_tokenization
+from cube.protocol.prompts import Cell, Context, load_templates, prompt_in_context
+from cube.protocol.prompts import load_contexts  # noqa: F401  (its callers read the audit's contexts here)
 from cube.protocol.tokenization import Encoder, continuation_tokenizer, encode_ids
 
 SCHEMA = "cube.audit/1"
-
-
-@dataclass(frozen=True)
-class Context:
-    """An answer context: the cue the prompt ends with and the text written before the label."""
-
-    name: str
-    cue: str
-    label_prefix: str
-    description: str = ""
-    tokenization: str = "in_context"  # or "separate": see cube.protocol.tokenization
 
 
 @dataclass(frozen=True)
@@ -135,33 +124,20 @@ class CellAudit:
         return self.verdict == "DEGEN"
 
 
-def load_contexts(names: Iterable[str] | None = None) -> list[Context]:
-    """Answer contexts from config/templates.yaml, the default context first."""
-    templates = load_config("templates")
-    raw = templates.get("contexts") or {}
-    default = templates.get("default_context")
-    order = [default] + [n for n in raw if n != default] if default in raw else list(raw)
-    wanted = list(names) if names else order
-    out = []
-    for name in wanted:
-        if name not in raw:
-            raise ConfigError(f"unknown answer context {name!r}; known: {', '.join(order)}")
-        c = raw[name]
-        out.append(Context(name, str(c["cue"]), str(c.get("label_prefix", "")), str(c.get("description", "")),
-                           context_tokenization(templates, name)))
-    return out
+def audit_item(n_labels: int, templates: dict) -> Item:
+    """The audit's own item (templates.yaml ``audit_item``, never benchmark text), its options
+    repeated in turn up to ``n_labels``, so that a label set of any size has an option per label."""
+    item = templates["audit_item"]
+    options = list(item["options"])
+    return Item("audit", "audit_item", "audit", 0, item["question"],
+                tuple(options[i % len(options)] for i in range(n_labels)), None, subject_zh=item["subject"])
 
 
 def audit_prompt(label_set: LabelSet, context: Context, templates: dict | None = None) -> str:
-    """A realistic prompt ending in the cue: header, our own audit item labelled with the set."""
-    templates = templates or load_config("templates")
-    item = templates["audit_item"]
-    parts = [templates["header"].format(subject=item["subject"]), templates["question"].format(question=item["question"])]
-    options = list(item["options"])
-    for i, label in enumerate(label_set.labels):
-        parts.append(templates["option"].format(label=label, text=options[i % len(options)]))
-    parts.append(context.cue)
-    return "".join(parts)
+    """A realistic prompt ending in the cue: the harness's own builder around the audit's item."""
+    templates = templates or load_templates()
+    item = audit_item(len(label_set.labels), templates)
+    return prompt_in_context(item, Cell(label_set, context.name, 0), context, templates=templates).context
 
 
 def first_token_collisions(first_ids: list[int], labels: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
@@ -198,7 +174,7 @@ def audit_cell(tokenizer: Encoder, family: str, label_set: LabelSet, context: Co
 
 def run_audit(tokenizers: dict[str, Encoder], label_sets: list[LabelSet], contexts: list[Context]) -> list[CellAudit]:
     """Every (family, label set, context) cell, ordered context-major (default context first)."""
-    templates = load_config("templates")
+    templates = load_templates()
     return [
         audit_cell(tok, family, ls, ctx, templates)
         for ctx in contexts for family, tok in tokenizers.items() for ls in label_sets

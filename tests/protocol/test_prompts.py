@@ -14,6 +14,7 @@ from cube.protocol.prompts import (
     Cell,
     cloze_prompt,
     judgement_prompts,
+    load_contexts,
     load_templates,
     option_permutation,
     render_prompt,
@@ -166,6 +167,25 @@ def test_bad_cells_are_rejected_with_the_bad_value(ceval):
         render_prompt(item, Cell(ABCD, "fr_cue", 0))
     with pytest.raises(ConfigError, match="3 labels"):
         render_prompt(item, Cell(LabelSet("three", ("X", "Y", "Z")), "zh_cue", 0))
+
+
+def test_an_unknown_answer_context_is_the_same_one_line_error_from_every_reader(ceval):
+    from cube.protocol.prompts import answer_context
+
+    message = r"^unknown answer context 'zh_cu'; known: zh_cue, zh_cue_newline, en_label_space, "
+    item = ceval["ceval/computer_network/val/0"]
+    for read in (lambda: load_contexts(["zh_cue", "zh_cu"]),
+                 lambda: render_prompt(item, Cell(ABCD, "zh_cu", 0)),
+                 lambda: answer_context(load_templates(), "zh_cu")):
+        with pytest.raises(ConfigError, match=message) as caught:
+            read()
+        assert "\n" not in str(caught.value)
+
+
+def test_a_context_with_an_unknown_tokenization_is_named():
+    templates = {**load_templates(), "contexts": {"odd": {"cue": ":", "tokenization": "apart"}}}
+    with pytest.raises(ConfigError, match="apart"):
+        load_contexts(None, templates)
 
 
 def test_option_permutation_is_a_cyclic_shift():

@@ -70,6 +70,24 @@ def test_first_token_collisions_keeps_label_order():
     assert first_token_collisions([1, 2, 3], ("a", "b", "c")) == ()
 
 
+def test_the_audit_prompt_is_the_templates_around_the_audit_item_for_every_label_set_and_context():
+    """Built here from templates.yaml by hand, as the audit built it before it used the harness's
+    prompt builder: header, question, one option per label (the item's options in turn), the cue."""
+    from cube.protocol.label_sets import load_label_sets
+    from cube.protocol.prompts import load_templates
+    from cube.tokenizers.audit import audit_prompt
+
+    t = load_templates()
+    item = t["audit_item"]
+    for label_set in [*load_label_sets().values(), LabelSet("six", tuple("UVWXYZ"))]:
+        for context in load_contexts():
+            expected = (t["header"].format(subject=item["subject"]) + t["question"].format(question=item["question"])
+                        + "".join(t["option"].format(label=label, text=item["options"][i % len(item["options"])])
+                                  for i, label in enumerate(label_set.labels))
+                        + context.cue)
+            assert audit_prompt(label_set, context) == expected
+
+
 def test_contexts_come_from_config_with_the_default_first():
     names = [c.name for c in load_contexts()]
     assert names[0] == "zh_cue"
