@@ -66,6 +66,37 @@ class ServingSettings:
 
 # ---- config/serving.yaml ----------------------------------------------------------------------
 
+SERVING_KEYS = ("llm", "env")
+
+
+def _entry(value: Any, where: str) -> dict:
+    """A ``defaults`` or model entry: a mapping of ``llm`` and ``env`` only (a misspelt key would
+    otherwise be read as no settings at all)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a mapping with {' and/or '.join(SERVING_KEYS)}, got {value!r}")
+    unknown = sorted(str(k) for k in set(value) - set(SERVING_KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (expected {', '.join(SERVING_KEYS)})")
+    return value
+
+
+def _model_entry(models: dict, name: str, path: Path) -> dict:
+    """The served model's entry; a near spelling of its name under ``models`` is an error, not
+    silently the defaults (a local checkpoint's folder name may be any name, so only a near one
+    is taken for a misspelling)."""
+    import difflib
+
+    if name in models:
+        return _entry(models[name], f"{path}: model {name!r}")
+    near = difflib.get_close_matches(name, [str(k) for k in models], n=1, cutoff=0.85)
+    if near:
+        raise ConfigError(f"{path}: no entry for model {name!r} but one for {near[0]!r}; "
+                          "fix the spelling (or rename the entry) so that its settings apply")
+    return {}
+
+
 def _section(entry: Any, key: str, where: str) -> dict:
     value = entry.get(key) if isinstance(entry, dict) else None
     if value is None:
@@ -91,7 +122,10 @@ def serving_settings(model: str, dtype: str | None = None, path: str | Path | No
     if not isinstance(models, dict):
         raise ConfigError(f"{path}: `models` must be a mapping of model name to settings")
     name = Path(model).name if Path(model).is_dir() else model
-    entry = models.get(name) or {}
+    for key, value in models.items():
+        _entry(value, f"{path}: model {key!r}")
+    entry = _model_entry(models, name, path)
+    _entry(data.get("defaults"), f"{path}: defaults")
     llm = {**_section(data.get("defaults"), "llm", f"{path}: defaults"),
            **_section(entry, "llm", f"{path}: model {name!r}")}
     env = {**_section(data.get("defaults"), "env", f"{path}: defaults"),

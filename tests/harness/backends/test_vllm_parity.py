@@ -122,6 +122,31 @@ def test_bad_serving_file_is_a_config_error_naming_the_value(tmp_path, text, mes
     assert str(path) in str(err.value)
 
 
+@pytest.mark.parametrize("text,message", [
+    ("models: {smollm2-135m-instrct: {llm: {max_model_len: 8192}}}",
+     "no entry for model 'smollm2-135m-instruct' but one for 'smollm2-135m-instrct'; fix the spelling"),
+    ("models: {smollm2-135m-instruct: {lm: {max_model_len: 8192}}}",
+     "model 'smollm2-135m-instruct': unknown key 'lm' \\(expected llm, env\\)$"),
+    ("models: {other-model: [8192]}", "model 'other-model' must be a mapping with llm and/or env, got \\[8192\\]$"),
+    ("defaults: {envs: {}}", "defaults: unknown key 'envs'"),
+])
+def test_a_misspelt_serving_name_is_one_line_naming_it(tmp_path, text, message):
+    """They were read as no settings at all: the model ran with the defaults, silently."""
+    path = tmp_path / "serving.yaml"
+    path.write_text(text + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=message) as err:
+        serving_settings("smollm2-135m-instruct", path=path)
+    assert str(err.value).startswith(str(path)) and "\n" not in str(err.value)
+
+
+def test_an_entry_for_another_local_checkpoint_is_not_a_misspelling(tmp_path):
+    path = tmp_path / "serving.yaml"
+    path.write_text("defaults: {llm: {enable_prefix_caching: false}}\n"
+                    "models: {my-own-7b: {llm: {max_model_len: 2048}}}\n", encoding="utf-8")
+    assert serving_settings("smollm2-135m-instruct", path=path).llm == {"enable_prefix_caching": False}
+    assert serving_settings("my-own-7b", path=path).llm == {"enable_prefix_caching": False, "max_model_len": 2048}
+
+
 def test_prefix_caching_off_needs_no_stats(tmp_path):
     path = tmp_path / "serving.yaml"
     path.write_text("defaults: {llm: {enable_prefix_caching: false}}\n", encoding="utf-8")
