@@ -10,7 +10,8 @@ answer per item, so this module computes it.
     FIELD  := model | scorer | label_set | context | shots | order | agg
 
 The record fields narrow the store to one protocol cell (a selection matching several cells
-is refused, naming what still varies); ``agg`` (``micro``, the default, or ``macro``) is how that
+is refused, naming what still varies; a VALUE ending in ``*`` is a prefix, whose cells make one
+slice where they hold one record per item, as OpenCompass's one context per subject); ``agg`` (``micro``, the default, or ``macro``) is how that
 side's headline score averages its items: pooled, or the mean of its subjects' accuracies.
 
 **The gap** is ``score(B) - score(A)``, each on its own items under its own aggregation, in
@@ -46,7 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cube.analysis.explain_protocol import Protocol, describe, prompt_diff
-from cube.analysis.rescore import CELL_COLUMNS, pair, select
+from cube.analysis.rescore import CELL_COLUMNS, one_per_item, pair, select
 from cube.analysis.stats import clustered_bootstrap_ci, mcnemar_exact
 from cube.errors import ConfigError
 from cube.records.store import group_ids, list_matrix
@@ -111,28 +112,51 @@ def parse_slice(text: str) -> SliceSpec:
     return SliceSpec(text, Path(store), filters, aggregation)
 
 
+def _glob(value: Any) -> str | None:
+    return value[:-1] if isinstance(value, str) and value.endswith("*") else None
+
+
 def one_cell(table: pa.Table, spec: SliceSpec) -> pa.Table:
     """The records of the one cell ``spec`` selects; one line where a value matches nothing or
-    the selection spans several cells (naming the field and values that still vary)."""
+    the selection spans several cells (naming the field and values that still vary). A value
+    ending in ``*`` is a prefix, and the cells it spans are one slice if they hold one record
+    per item (OpenCompass names one context per CMMLU subject: its prompt holds the subject)."""
+    exact = {k: v for k, v in spec.filters.items() if _glob(v) is None}
     for name, value in spec.filters.items():
         present = sorted({str(v) for v in pc.unique(table.column(name)).to_pylist()})
-        if str(value) not in present:
+        prefix = _glob(value)
+        found = any(p.startswith(prefix) for p in present) if prefix is not None else str(value) in present
+        if not found:
             raise ConfigError(f"slice {spec.text!r}: no records have {name}={value}; {name} here: "
                               f"{', '.join(present[:12])}{' ...' if len(present) > 12 else ''}")
-    sliced = select(table, **spec.filters)
+        if prefix is not None:
+            table = table.filter(pc.starts_with(table.column(name), prefix))
+    sliced = select(table, **exact)
     if sliced.num_rows == 0:
         raise ConfigError(f"slice {spec.text!r}: no records match {spec.filters}")
     _, keys = group_ids(sliced, CELL_COLUMNS)
-    if len(keys) > 1:
-        varying = [(n, sorted({str(k[i]) for k in keys})) for i, n in enumerate(CELL_COLUMNS)
-                   if len({k[i] for k in keys}) > 1]
-        hint = "; ".join(f"{n}={'|'.join(v[:6])}{'|...' if len(v) > 6 else ''}" for n, v in varying)
+    varying = [(n, sorted({str(k[i]) for k in keys})) for i, n in enumerate(CELL_COLUMNS)
+               if len({k[i] for k in keys}) > 1]
+    fixed = [(n, v) for n, v in varying if _glob(spec.filters.get(n)) is None]
+    if fixed:
+        hint = "; ".join(f"{n}={'|'.join(v[:6])}{'|...' if len(v) > 6 else ''}" for n, v in fixed)
         raise ConfigError(f"slice {spec.text!r} matches {len(keys)} cells; narrow it with {hint}")
+    if varying:
+        one_per_item(sliced, repr(spec.text))
     return sliced
 
 
 def cell_of(table: pa.Table) -> dict[str, Any]:
-    """The protocol cell of a one-cell slice."""
+    """The protocol cell of a one-cell slice; a field a prefix spans reads ``first ... (N values)``."""
+    out = {}
+    for name in CELL_COLUMNS:
+        values = sorted(pc.unique(table.column(name)).to_pylist())
+        out[name] = values[0] if len(values) == 1 else f"{values[0]} ... ({len(values)} values)"
+    return out
+
+
+def first_cell(table: pa.Table) -> dict[str, Any]:
+    """The cell of the slice's first record: where a prefix spans several, the one described."""
     row = table.slice(0, 1).select(list(CELL_COLUMNS)).to_pylist()[0]
     return {n: row[n] for n in CELL_COLUMNS}
 
@@ -461,7 +485,7 @@ def explain_slices(spec_a: SliceSpec, spec_b: SliceSpec, allow_incomplete: bool 
         if key not in tables:
             tables[key] = read_records(spec.store, verify=verify, allow_incomplete=allow_incomplete)
         table = one_cell(tables[key], spec)
-        cell = cell_of(table)
+        cell = first_cell(table)
         family = model_families(manifest).get(cell["model"])
         sides.append(Side(spec.text, table, spec.aggregation, describe(manifest, cell, frozen, family)))
     return explain(sides[0], sides[1], B=B, seed=seed)

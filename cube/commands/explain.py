@@ -4,8 +4,10 @@ cube explain STORE_A[:SELECT] STORE_B[:SELECT] [--json] [--bootstrap B] [--seed 
              [--subjects N] [--allow-incomplete] [--no-verify]
 
 SELECT is FIELD=VALUE terms joined by commas, FIELD one of model, scorer, label_set, context,
-shots, order (record fields: they must leave one protocol cell) and agg (micro, the default, or
-macro: how that side's score averages). For example::
+shots, order (record fields: they must leave one protocol cell; a VALUE ending in * is a prefix,
+whose cells are one slice where they hold one record per item, e.g. OpenCompass's context per
+subject: context=oc-ppl-*) and agg (micro, the default, or macro: how that side's score
+averages). For example::
 
     cube explain data/records:model=smollm2-135m-instruct,scorer=M1-seq,label_set=L1_halfwidth,context=zh_cue,shots=0 \\
                  data/imported/lm-eval-smollm2:scorer=M1-seq,context=zh_cue,label_set=L1_halfwidth

@@ -342,3 +342,23 @@ def test_the_largest_score_difference_only_on_byte_equal_prompts(tmp_path):
     assert e.gap == 0 and e.max_score_difference == 0.25
     other = outcome_records(pattern(40), context="zh_cue_newline", **TOKENS)
     assert explained(store(tmp_path, "a2", a), store(tmp_path, "b2", other)).max_score_difference is None
+
+
+def test_a_prefix_joins_one_context_per_subject(tmp_path):
+    """OpenCompass names one context per CMMLU subject; context=oc-ppl-* makes them one slice."""
+    right = pattern(41)
+    recs = [dict(r, context=f"oc-ppl-{r['subject'][:4]}") for r in outcome_records(right, scorer="M2")]
+    records = read_records(store(tmp_path, "s", recs))
+    joined = one_cell(records, parse_slice("s:context=oc-ppl-*"))
+    assert joined.num_rows == len(UIDS)
+    with pytest.raises(ConfigError, match="matches 3 cells; narrow it with context=oc-ppl-agro|oc-ppl-anat"):
+        one_cell(records, parse_slice("s:scorer=M2"))
+    with pytest.raises(ConfigError, match=r"no records have context=lm-\*"):
+        one_cell(records, parse_slice("s:context=lm-*"))
+    doubled = read_records(store(tmp_path, "d", outcome_records(right, context="oc-ppl-1")
+                                 + outcome_records(right, context="oc-ppl-2")))
+    with pytest.raises(ConfigError, match="holds 48 records for 24 items"):
+        one_cell(doubled, parse_slice("d:context=oc-ppl-*"))
+    path = str(tmp_path / "s")
+    e = explained(f"{path}:context=oc-ppl-*", f"{path}:context=oc-ppl-*,agg=macro")
+    assert e.cell_a["context"] == "oc-ppl-agro ... (3 values)" and e.gap == macro(right) - acc(right.values())
