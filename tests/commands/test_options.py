@@ -50,3 +50,29 @@ def test_rescore_versus_values_use_the_same_parser():
         _versus_filters(["label_set=,"], {})
     with pytest.raises(ConfigError, match="--versus shots '0,x' must be comma-separated integers"):
         _versus_filters(["shots=0,x"], {})
+
+
+def _options(parser, path=()):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, (*path, name))
+        elif action.option_strings:
+            yield path, action
+
+
+def test_every_comma_separated_option_of_every_command_parses_with_comma_list():
+    """Found from the parser itself, so that a new command's list option cannot split its own way:
+    an option that says it is comma-separated, or whose default holds a comma, is a comma_list."""
+    from cube.cli import build_parser
+
+    lists = [(path, action) for path, action in _options(build_parser())
+             if "comma" in (action.help or "") or "," in str(action.default or "")]
+    assert len(lists) >= 9  # audit 3, run 6 (subjects, label sets, scorers, shots, cues, orders), rescore's
+    for path, action in lists:
+        where = f"cube {' '.join(path)} {action.option_strings[0]}"
+        assert getattr(action.type, "__name__", "").startswith("comma_list("), where
+        with pytest.raises(ConfigError, match="has an empty entry"):
+            action.type("a,,b")
