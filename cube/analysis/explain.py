@@ -276,10 +276,18 @@ def compare_protocols(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) 
         "a": f"prefix {pa_.label_prefix!r}, {pa_.tokenization}" if pa_.label_prefix is not None else None,
         "b": f"prefix {pb.label_prefix!r}, {pb.tokenization}" if pb.label_prefix is not None else None,
         "records": seen}
-    out["scorer_normalisation"] = {"status": _status(ca["scorer"], cb["scorer"]),
-                                   "a": f"{ca['scorer']}: {pa_.normalisation}",
-                                   "b": f"{cb['scorer']}: {pb.normalisation}"}
+    scorer = _status(ca["scorer"], cb["scorer"])
+    if scorer == "differs" and (pa_.decides_as == cb["scorer"] or pb.decides_as == ca["scorer"]):
+        scorer = "same"  # e.g. OpenCompass's PPL, audited to decide every item as the summed log-likelihood
+    out["scorer_normalisation"] = {"status": scorer,
+                                   "a": f"{ca['scorer']}: {pa_.normalisation}{_decides(pa_)}",
+                                   "b": f"{cb['scorer']}: {pb.normalisation}{_decides(pb)}"}
     return out
+
+
+def _decides(protocol: Protocol) -> str:
+    return (f" (decides every item as {protocol.decides_as}, by its store's audit)"
+            if protocol.decides_as else "")
 
 
 def _decided_by_tie(table: pa.Table, rows: np.ndarray) -> np.ndarray:
@@ -487,7 +495,8 @@ def explain_slices(spec_a: SliceSpec, spec_b: SliceSpec, allow_incomplete: bool 
         table = one_cell(tables[key], spec)
         cell = first_cell(table)
         family = model_families(manifest).get(cell["model"])
-        sides.append(Side(spec.text, table, spec.aggregation, describe(manifest, cell, frozen, family)))
+        contexts = pc.unique(table.column("context")).to_pylist()
+        sides.append(Side(spec.text, table, spec.aggregation, describe(manifest, cell, frozen, family, contexts)))
     return explain(sides[0], sides[1], B=B, seed=seed)
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,7 @@ class Protocol:
     tokenization: str | None
     normalisation: str
     audit_verdict: str | None  # the tokenizer audit's verdict of this cell (DEGEN, max1tok, ...)
+    decides_as: str | None = None  # another scorer whose decisions this one's equal on these items
 
     def full_text(self) -> str | None:
         """What the model reads, label included: equal full texts with a different split differ
@@ -100,6 +102,52 @@ def _lm_eval_prompt(logged: Mapping[str, Any], cell: Mapping[str, Any]) -> tuple
     return None, None, None, None
 
 
+OPENCOMPASS_TOKENIZATION = "each label's whole prompt tokenized (OpenCompass PPL)"
+_OC_FIELD = re.compile(r"(?<!\{)\{(question|A|B|C|D)\}(?!\})")
+
+
+def _turns_text(template: Any, shots: int) -> str | None:
+    """One label's dumped OpenCompass template as text: its turns' prompts joined by ``{{turn}}``
+    (the model class joins them; this page does not guess how), ``</E>`` as the examples."""
+    if isinstance(template, str):
+        text = template
+    elif isinstance(template, Mapping) and isinstance(template.get("round"), list):
+        prompts = [t.get("prompt") for t in template["round"] if isinstance(t, Mapping)]
+        if not all(isinstance(p, str) for p in prompts):
+            return None
+        text = str(template.get("begin") or "") + "{{turn}}".join(prompts)
+    else:
+        return None
+    text = text.replace("</E>", f"{{{{{shots} solved examples of the subject}}}}" if shots else "")
+    return _OC_FIELD.sub(lambda m: "{{" + ("Question" if m.group(1) == "question" else m.group(1)) + "}}", text)
+
+
+def _opencompass_protocol(logged: Mapping[str, Any], cell: Mapping[str, Any],
+                          contexts: Sequence[str]) -> tuple[str | None, str | None, str | None, str | None, str | None]:
+    """(prompt, label prefix, tokenization, audit verdict, decides_as) of an OpenCompass cell."""
+    datasets = [d for d in (logged.get("datasets") or {}).values() if d.get("context") in set(contexts)]
+    entry = next((d for d in datasets if d.get("context") == cell["context"]), None)
+    verdict = (((logged.get("audit") or {}).get("cell")) or {}).get("verdict")
+    if entry is None:
+        return None, None, None, verdict, None
+    infer = (entry.get("config") or {}).get("infer_cfg") or {}
+    template = (infer.get("prompt_template") or infer.get("ice_template") or {}).get("template")
+    prompt = prefix = tokenization = decides_as = None
+    if entry.get("mode") == "ppl" and isinstance(template, Mapping) and "A" in template:
+        text = _turns_text(template["A"], int(entry.get("shots") or 0))
+        if text is not None and text.endswith("A"):
+            prompt, prefix, tokenization = text[:-1], "", OPENCOMPASS_TOKENIZATION
+        # PPL is the whole prompt's mean loss; where the import's audit found it decide every item as
+        # the summed log-likelihood does (the labels' prompts share all but the label), it is M1-seq
+        counts = [((d.get("audit") or {}).get("n_decision_differs_from_summed_loglik")) for d in datasets]
+        if datasets and all(c == 0 for c in counts):
+            decides_as = "M1-seq"
+    elif entry.get("mode") == "gen":
+        text = _turns_text(template, int(entry.get("shots") or 0))
+        prompt = text
+    return prompt, prefix, tokenization, verdict, decides_as
+
+
 def _frozen_verdict(frozen: Mapping[str, Any] | None, family: str | None, cell: Mapping[str, Any]) -> str | None:
     if not frozen or not family:
         return None
@@ -110,15 +158,21 @@ def _frozen_verdict(frozen: Mapping[str, Any] | None, family: str | None, cell: 
 
 
 def describe(manifest: Mapping[str, Any], cell: Mapping[str, Any],
-             frozen_audit: Mapping[str, Any] | None = None, family: str | None = None) -> Protocol:
+             frozen_audit: Mapping[str, Any] | None = None, family: str | None = None,
+             contexts: Sequence[str] = ()) -> Protocol:
     """The protocol of one cell of a store, from the store's manifest (and cube's frozen audit
-    for cube's own cells, whose verdicts were made before any record existed)."""
+    for cube's own cells, whose verdicts were made before any record existed). ``contexts``: all
+    the slice's contexts, where a prefix joined several (OpenCompass's one per subject)."""
     metadata = manifest.get("metadata") or {}
     normalisation = SCORER_NORMALISATION.get(cell["scorer"], cell["scorer"])
     family = family or (metadata.get("families") or {}).get(cell["model"])
     if "lm_eval" in metadata:
         prompt, prefix, tokenization, verdict = _lm_eval_prompt(metadata["lm_eval"], cell)
         return Protocol("lm-eval", prompt, prefix, tokenization, normalisation, verdict)
+    if "opencompass" in metadata:
+        prompt, prefix, tokenization, verdict, decides_as = _opencompass_protocol(
+            metadata["opencompass"], cell, list(contexts) or [cell["context"]])
+        return Protocol("OpenCompass", prompt, prefix, tokenization, normalisation, verdict, decides_as)
     harness = next((k for k in metadata if k not in ("families", "source")), None)
     if harness is not None:  # another importer's store: its prompt is not read here
         return Protocol(str(harness), None, None, None, normalisation, None)

@@ -14,6 +14,13 @@ from cube.harness.run_config import RunConfig
 D = RunConfig.default  # each default is stated once, in RunConfig
 
 
+def scorers_help() -> str:
+    """``--scorers``'s help, from the scorer table: every scorer a run can ask for."""
+    from cube.records.schema import ALL_SCORERS
+
+    return f"comma-separated, of: {','.join(ALL_SCORERS)} (the scorer table: README, Scoring models)"
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("run", help="score a model under protocol cells; resumable Parquet records")
     p.add_argument("--model", required=True, help="a model name from config/models.yaml demo_models")
@@ -28,7 +35,7 @@ def register(subparsers) -> None:
     p.add_argument("--subjects", type=comma_list("--subjects"), help="comma-separated subjects (default: all)")
     p.add_argument("--label-sets", type=comma_list("--label-sets"), default=",".join(D("label_sets")))
     p.add_argument("--scorers", type=comma_list("--scorers"), default=",".join(D("scorers")),
-                   help="M1-seq,M1-strict,M2,M3,M4,M5,M6,M6-cot,TF")
+                   help=scorers_help())
     p.add_argument("--shots", type=comma_list("--shots", int), default=",".join(map(str, D("shots"))),
                    help="comma-separated, e.g. 0,5")
     p.add_argument("--cues", "--contexts", dest="contexts", type=comma_list("--cues"),

@@ -36,8 +36,7 @@ from cube.atomic import atomic_write_text, temp_files
 from cube.errors import ConfigError
 from cube.harness.backends.base import Backend, ContinuationLogprobs, ScoreRequest
 from cube.harness.run_config import RunConfig
-from cube.harness.extract import extract_lenient, extract_strict
-from cube.harness.scorers import SCORERS, ContinuationScores, ScoreResult, decide, option_distribution
+from cube.protocol.scorers import PASSES, SCORERS, ContinuationScores, ScoreResult, pass_scorers
 from cube.protocol.items import Item
 from cube.protocol.prompts import Cell, cloze_prompt, judgement_prompts, load_templates, render_prompt
 from cube.records.leakage import LeakageIndex, scrub
@@ -51,6 +50,7 @@ from cube.records.schema import (  # noqa: F401
     LABEL_SCORERS,
     RUNLOG_NAME,
     cell_shard_file,
+    record_row,
 )
 
 
@@ -119,8 +119,10 @@ class Job:
 
     @property
     def cell_name(self) -> str:
-        """The shards of one cell share this prefix; the store records its configuration under it."""
-        cell = self.cell.key.replace("|", "__") if self.cell else {"tf": "judgement"}.get(self.kind, "cloze")
+        """The shards of one cell share this prefix; the store records its configuration under it.
+
+        A pass run once per item, whatever the cells, is named by its fixed cell's context."""
+        cell = self.cell.key.replace("|", "__") if self.cell else PASSES[self.kind].fixed_cell[1]
         return f"{self.kind}--{cell}"
 
     @property
@@ -132,54 +134,28 @@ def plan_jobs(spec: RunSpec) -> list[Job]:
     chunks = [spec.items[i:i + spec.shard_size] for i in range(0, len(spec.items), spec.shard_size)]
     mine = [(i, c) for i, c in enumerate(chunks) if i % spec.shard[1] == spec.shard[0]]
     jobs: list[Job] = []
-    wants = set(spec.scorers)
-    for cell in spec.cells:
-        if wants & set(LABEL_SCORERS):
-            jobs += [Job("label", cell, i, c) for i, c in mine]
-        if "M6" in wants:
-            jobs += [Job("gen", cell, i, c) for i, c in mine]
-    if wants & set(CLOZE_SCORERS):
-        jobs += [Job("cloze", None, i, c) for i, c in mine]
-    if "TF" in wants:
-        jobs += [Job("tf", None, i, c) for i, c in mine]
-    if "M6-cot" in wants:
-        cot_cells = {(c.label_set.name, c.shots): c for c in spec.cells}
-        jobs += [Job("cot", cell, i, c) for cell in cot_cells.values() for i, c in mine]
+    passes = [p for p in PASSES.values() if pass_scorers(p.kind, spec.scorers)]  # the passes asked for
+    for cell in spec.cells:  # the per-cell passes cell by cell, then the others, in PASSES order
+        jobs += [Job(p.kind, cell, i, c) for p in passes if p.cells == "each" for i, c in mine]
+    for p in passes:
+        if p.cells == "none":
+            jobs += [Job(p.kind, None, i, c) for i, c in mine]
+        elif p.cells == "label_set_shots":
+            cells = {(c.label_set.name, c.shots): c for c in spec.cells}
+            jobs += [Job(p.kind, cell, i, c) for cell in cells.values() for i, c in mine]
     return jobs
 
 
 # ---- records from backend outputs ------------------------------------------------------------
 
-def _tie_text(groups: tuple[tuple[int, ...], ...]) -> str:
-    return ";".join("=".join(str(i) for i in g) for g in groups)
-
-
-def _record(model: str, item: Item, scorer: str, cell_key: tuple, gold: int, result: ScoreResult,
+def _record(model: str, item: Item, scorer: str, cell_key: tuple, gold: int, result: ScoreResult | None,
             conts: list[ContinuationLogprobs] | None, generation: str | None = None,
             pred: int | None = None) -> dict:
-    label_set, context, shots, order = cell_key
-    if result is not None:
-        pred_i = int(result.pred)
-        scores = np.asarray(result.scores, dtype=np.float64)
-        probs = option_distribution(scores)
-        tied, groups = bool(result.tied), _tie_text(result.tie_groups)
-    else:  # generation: no scores, a one-hot distribution on the extracted answer
-        pred_i = -1 if pred is None else int(pred)
-        scores = np.full(len(item.options), np.nan)
-        probs = np.zeros(len(item.options))
-        if pred is not None:
-            probs[pred] = 1.0
-        tied, groups = False, ""
-    return {
-        "model": model, "uid": item.uid, "qhash": item.qhash, "benchmark": item.benchmark,
-        "subject": item.subject, "scorer": scorer, "label_set": label_set, "context": context,
-        "shots": int(shots), "order": order, "gold": int(gold), "pred": pred_i,
-        "correct": pred_i == gold, "parse_failed": pred_i < 0, "tied": tied, "tie_groups": groups,
-        "scores": scores.tolist(), "probs": probs.astype(np.float32).tolist(),
-        "first_token_ids": [int(c.token_ids[0]) for c in conts] if conts else None,
-        "n_tokens": [len(c.token_ids) for c in conts] if conts else None,
-        "generation": generation,
-    }
+    """One record (``cube.records.schema.record_row``), with the first token and token count of
+    each continuation the scorer read."""
+    return record_row(model, item, scorer, cell_key, gold, result, pred=pred, generation=generation,
+                      first_token_ids=[int(c.token_ids[0]) for c in conts] if conts else None,
+                      n_tokens=[len(c.token_ids) for c in conts] if conts else None)
 
 
 def _as_scores(conts: list[ContinuationLogprobs], texts: tuple[str, ...],
@@ -217,9 +193,8 @@ def label_work(spec: RunSpec, job: Job) -> ScoringWork:
         rows = []
         for item, prompt, conts in zip(job.items, prompts, outs):
             options = _as_scores(conts, prompt.label_continuations)
-            for scorer in LABEL_SCORERS:
-                if scorer in spec.scorers:
-                    rows.append(_record(spec.model, item, scorer, key, prompt.gold, SCORERS[scorer](options), conts))
+            for scorer in pass_scorers("label", spec.scorers):
+                rows.append(_record(spec.model, item, scorer, key, prompt.gold, SCORERS[scorer].score(options), conts))
         return rows
 
     return ScoringWork([ScoreRequest(p.context, p.label_continuations, p.tokenization) for p in prompts], records)
@@ -228,7 +203,8 @@ def label_work(spec: RunSpec, job: Job) -> ScoringWork:
 def cloze_work(spec: RunSpec, job: Job) -> ScoringWork:
     prompts = [cloze_prompt(it) for it in job.items]
     requests = [ScoreRequest(p.context, p.continuations) for p in prompts]
-    need_m5 = "M5" in spec.scorers
+    scorers = pass_scorers("cloze", spec.scorers)
+    need_m5 = any(SCORERS[s].needs_unconditional for s in scorers)  # M5 (PMI): the options after the cue alone
     if need_m5:
         requests += [ScoreRequest(p.unconditional_context, p.continuations) for p in prompts]
 
@@ -237,9 +213,9 @@ def cloze_work(spec: RunSpec, job: Job) -> ScoringWork:
         for n, (item, prompt) in enumerate(zip(job.items, prompts)):
             conts = outs[n]
             options = _as_scores(conts, prompt.continuations, outs[len(prompts) + n] if need_m5 else None)
-            for scorer in CLOZE_SCORERS:
-                if scorer in spec.scorers:
-                    rows.append(_record(spec.model, item, scorer, CLOZE_CELL, item.answer, SCORERS[scorer](options), conts))
+            for scorer in scorers:
+                rows.append(_record(spec.model, item, scorer, PASSES["cloze"].fixed_cell, item.answer,
+                                    SCORERS[scorer].score(options), conts))
         return rows
 
     return ScoringWork(requests, records)
@@ -263,8 +239,9 @@ def judgement_work(spec: RunSpec, job: Job) -> ScoringWork:
             for _ in group:
                 true_word, false_word = next(outs)
                 margins.append(true_word.total - false_word.total)
-            result = decide(np.array(margins))
-            rows.append(_record(spec.model, item, "TF", JUDGEMENT_CELL, item.answer, result, None))
+            for scorer in pass_scorers("tf", spec.scorers):
+                rows.append(_record(spec.model, item, scorer, PASSES["tf"].fixed_cell, item.answer,
+                                    SCORERS[scorer].score(margins), None))
         return rows
 
     return ScoringWork([ScoreRequest(j.context, (j.true_word, j.false_word)) for g in groups for j in g], records)
@@ -303,7 +280,7 @@ def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> 
     built = [_generation_prompt(it, job.cell, spec, cot) for it in job.items]
     gens = backend.generate([p for p, _ in built], max_new, batch_size=spec.batch_size)
     labels = job.cell.label_set.labels
-    key = (job.cell.label_set.name, "cot" if cot else job.cell.context, job.cell.shots, job.cell.order)
+    key = (job.cell.label_set.name, PASSES[job.kind].context or job.cell.context, job.cell.shots, job.cell.order)
     rows = []
     for item, (_, seen), gen in zip(job.items, built, gens):
         prompt = render_prompt(item, job.cell, list(spec.dev_items))
@@ -312,9 +289,10 @@ def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> 
         # The extractors read the raw text; the record keeps it scrubbed of the item's own text
         # (and of any other item's, given the index), so benchmark text never reaches disk.
         stored = scrub(gen.text, item.question, item.options, index=spec.leakage_index).text
-        for scorer, pred in (("M6-strict", extract_strict(text, labels)),
-                             ("M6-lenient", extract_lenient(text, labels, shown))):
-            rows.append(_record(spec.model, item, scorer, key, prompt.gold, None, None, stored, pred))
+        for scorer in pass_scorers(job.kind, spec.scorers):
+            entry = SCORERS[scorer]
+            for name, pred in zip(entry.records, entry.score(text, labels, shown)):
+                rows.append(_record(spec.model, item, name, key, prompt.gold, None, None, stored, pred))
     return rows
 
 
@@ -386,8 +364,7 @@ def write_job_shard(out: Path, model: str, job: Job, rows: list[dict], config: d
     write_shard(out, f"{model}/{job.filename}", pa.Table.from_pylist(rows, schema=RECORD_SCHEMA), cell=cell)
 
 
-KIND_SCORERS = {"label": LABEL_SCORERS, "cloze": CLOZE_SCORERS, "gen": ("M6",), "cot": ("M6-cot",),
-                "tf": JUDGEMENT_SCORERS}
+KIND_SCORERS = {kind: pass_scorers(kind) for kind in PASSES}  # the run scorers each pass feeds
 
 
 def cell_configs(spec: RunSpec) -> dict[str, dict]:

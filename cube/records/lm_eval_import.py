@@ -34,7 +34,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +45,13 @@ from cube.errors import HarnessImportError, WriteError
 from cube.files import parse_json, read_text
 from cube.protocol.items import Item, qhash
 from cube.protocol.label_sets import LabelSet, load_label_sets
+from cube.protocol.scorers import SCORERS, decide, option_distribution, tie_groups
 from cube.protocol.tokenization import Encoder, encode_ids, tokens_in_context
+from cube.records.schema import record_row, tie_text
 from cube.tokenizers.audit import CellAudit, Context, LabelTokens, audit_cell, audit_prompt, first_token_collisions
 
 LM_EVAL_TOKENIZATION = "lm-eval"  # context and continuation cut as lm-eval 0.4 does (module doc)
-ACC_NORM_SCORER = "M4-char"
+ACC_NORM_SCORER = "M4-char"  # lm-eval's acc_norm, an entry of the scorer table (cube.protocol.scorers)
 QUESTION_FIELDS = ("Question", "question")  # lm-eval's cmmlu docs (haonan-li/cmmlu), ceval docs
 OPTION_FIELDS = ("A", "B", "C", "D")
 # Task datasets lm-eval ships for the two benchmarks: (benchmark, the split cube names it by).
@@ -503,25 +505,19 @@ def _gold(sample: dict, labels: tuple[str, ...] | None, where: str) -> int:
     raise HarnessImportError(f"{where}: target {str(target)[:12]!r} is not a choice index or label")
 
 
-def _tie_text(groups: Sequence[Sequence[int]]) -> str:
-    return ";".join("=".join(str(i) for i in g) for g in groups)
-
-
-def _groups(keys: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
-    seen: dict[Any, list[int]] = {}
-    for i, key in enumerate(keys):
-        seen.setdefault(key, []).append(i)
-    return tuple(tuple(g) for g in seen.values() if len(g) > 1)
+# The OpenCompass import reads these names; they are the shared ones now (cube.protocol.scorers and
+# cube.records.schema), kept here until it imports those itself.
+_tie_text = tie_text
+_groups = tie_groups
 
 
 def _decide(scores: np.ndarray) -> tuple[int, bool]:
-    pred = int(np.argmax(scores))  # the first maximum, as lm-eval's np.argmax
-    return pred, int(np.count_nonzero(scores == scores[pred])) > 1
+    result = decide(scores)
+    return result.pred, result.tied
 
 
 def _softmax(scores: np.ndarray) -> np.ndarray:
-    weights = np.exp(scores - scores.max())
-    return (weights / weights.sum()).astype(np.float32)
+    return option_distribution(scores).astype(np.float32)
 
 
 def import_task(task: TaskRun, samples: Sequence[dict], matcher: ItemMatcher, model: str,
@@ -552,7 +548,6 @@ def import_task(task: TaskRun, samples: Sequence[dict], matcher: ItemMatcher, mo
             )
         choices = [cont[len(protocol.target_delimiter):] if cont.startswith(protocol.target_delimiter) else cont
                    for _, cont in args]
-        lengths = np.array([max(len(c), 1) for c in choices], dtype=np.float64)
         first_ids = n_tokens = None
         groups: tuple[tuple[int, ...], ...] = ()
         if tokenizer is not None:
@@ -560,37 +555,32 @@ def import_task(task: TaskRun, samples: Sequence[dict], matcher: ItemMatcher, mo
             cube_ids = [tokens_in_context(tokenizer, ctx, cont, add_special_tokens).continuation_ids
                         for ctx, cont in args]
             n_differs += any(a != b for a, b in zip(conts, cube_ids))
-            groups = _groups(conts)
+            groups = tie_groups(conts)
             n_identical += bool(groups)
             firsts = [ids[0] if ids else -1 for ids in conts]
-            n_shared += bool(_groups(firsts))
+            n_shared += bool(tie_groups(firsts))
             first_ids, n_tokens = firsts, [len(ids) for ids in conts]
             max_tokens = max(max_tokens, *n_tokens)
             strict_possible &= all(n == 1 for n in n_tokens)
-        base = {
-            "model": model, "uid": item.uid, "qhash": item.qhash, "benchmark": item.benchmark,
-            "subject": item.subject, "label_set": protocol.label_set, "context": protocol.context,
-            "shots": protocol.shots, "order": "original", "gold": gold, "parse_failed": False,
-            "first_token_ids": first_ids, "n_tokens": n_tokens, "generation": None,
-        }
-        for scorer, scores, logged in ((protocol.acc_scorer, lls, sample.get("acc")),
-                                       (ACC_NORM_SCORER, lls / lengths, sample.get("acc_norm"))):
-            pred, tied = _decide(scores)
-            if logged is not None and bool(float(logged)) != (pred == gold):
+        # acc and acc_norm as lm-eval decides them (the first maximum), with the tie groups of the
+        # tokens it scored; the scores are its logged ones, not equalised within a group.
+        cell = (protocol.label_set, protocol.context, protocol.shots, "original")
+        acc = replace(decide(lls), tie_groups=groups)
+        acc_norm = replace(SCORERS[ACC_NORM_SCORER].score(lls, choices), tie_groups=groups)
+        for scorer, result, metric in ((protocol.acc_scorer, acc, "acc"), (ACC_NORM_SCORER, acc_norm, "acc_norm")):
+            logged = sample.get(metric)
+            if logged is not None and bool(float(logged)) != (result.pred == gold):
                 raise HarnessImportError(
-                    f"{where}: lm-eval logged {'acc' if scorer != ACC_NORM_SCORER else 'acc_norm'} "
-                    f"{logged} but its own log-likelihoods give {float(pred == gold)}"
+                    f"{where}: lm-eval logged {metric} {logged} but its own log-likelihoods give "
+                    f"{float(result.pred == gold)}"
                 )
-            if scorer != ACC_NORM_SCORER:
-                n_tied += tied
-            rows.append({**base, "scorer": scorer, "pred": pred, "correct": pred == gold, "tied": tied,
-                         "tie_groups": _tie_text(groups), "scores": scores.tolist(),
-                         "probs": _softmax(scores).tolist()})
+            rows.append(record_row(model, item, scorer, cell, gold, result,
+                                   first_token_ids=first_ids, n_tokens=n_tokens))
+        n_tied += acc.tied
         if protocol.labels is not None and tokenizer is not None:
-            pred, tied = _decide(lls)
-            strict_rows.append({**base, "scorer": "M1-strict", "pred": pred, "correct": pred == gold,
-                                "tied": tied, "tie_groups": _tie_text(_groups(first_ids)),
-                                "scores": lls.tolist(), "probs": _softmax(lls).tolist()})
+            strict = replace(decide(lls), tie_groups=tie_groups(first_ids))
+            strict_rows.append(record_row(model, item, "M1-strict", cell, gold, strict,
+                                          first_token_ids=first_ids, n_tokens=n_tokens))
     scorers = [protocol.acc_scorer, ACC_NORM_SCORER]
     if strict_possible:  # each label one token: its log-likelihood IS its first-token score
         rows += strict_rows

@@ -22,15 +22,8 @@ import pyarrow.compute as pc
 
 from cube.errors import RecordsError
 from cube.files import read_json_lines
-from cube.records.schema import (
-    CLOZE_CELL,
-    CLOZE_SCORERS,
-    GENERATION_RECORD_SCORERS,
-    GENERATION_SCORERS,
-    JUDGEMENT_CELL,
-    JUDGEMENT_SCORERS,
-    RUNLOG_NAME,
-)
+from cube.protocol.scorers import PASSES, SCORERS
+from cube.records.schema import RUNLOG_NAME
 
 
 def read_run_logs(store: str | Path) -> list[dict[str, Any]]:
@@ -108,22 +101,24 @@ def run_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def logged_protocols(entries: Iterable[Mapping[str, Any]]) -> set[tuple[str, str, str, str, int, str]]:
     """Every (model, scorer, label_set, context, shots, order) the logged runs produced records for.
 
-    A run's scorers map to record protocols as the runner writes them: cloze scorers and TF under
-    their fixed cells, M6 as its two extractors in each cell, M6-cot as both extractors under the
-    context ``cot``, label scorers in each cell.
+    A run's scorers map to record protocols as the scorer table (``cube.protocol.scorers``) says
+    the runner writes them: each scorer's record names (M6 and M6-cot as their two extractors),
+    under its pass's fixed cell (cloze, TF), else in each logged cell, under the pass's own
+    context where it has one (M6-cot: ``cot``).
     """
-    fixed = {**dict.fromkeys(CLOZE_SCORERS, CLOZE_CELL), **dict.fromkeys(JUDGEMENT_SCORERS, JUDGEMENT_CELL)}
     out: set[tuple[str, str, str, str, int, str]] = set()
     for e in entries:
         model, cells = e["model"], [_cell_parts(c, e["model"]) for c in e.get("cells", [])]
         for scorer in e.get("scorers", []):
-            if scorer in fixed:
-                out.add((model, scorer, *fixed[scorer]))
-            elif scorer in GENERATION_SCORERS:
-                out |= {(model, extractor, ls, "cot" if scorer == "M6-cot" else ctx, shots, order)
-                        for extractor in GENERATION_RECORD_SCORERS for ls, ctx, shots, order in cells}
+            entry = SCORERS.get(scorer)
+            step = PASSES.get(entry.pass_kind) if entry is not None else None
+            names = entry.records if entry is not None else (scorer,)
+            if step is not None and step.fixed_cell is not None:
+                out |= {(model, name, *step.fixed_cell) for name in names}
             else:
-                out |= {(model, scorer, *cell) for cell in cells}
+                context = step.context if step is not None else None
+                out |= {(model, name, ls, context or ctx, shots, order)
+                        for name in names for ls, ctx, shots, order in cells}
     return out
 
 

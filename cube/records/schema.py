@@ -7,28 +7,40 @@ Bump ``SCHEMA_VERSION`` on any change to the columns; readers refuse other versi
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
 import pyarrow as pa
+
+from cube.protocol.scorers import PASSES, SCORERS, ScoreResult, option_distribution, pass_scorers
+
+if TYPE_CHECKING:
+    from cube.protocol.items import Item
 
 SCHEMA_VERSION = "cube.records/1"
 SCHEMA_METADATA_KEY = b"cube.schema"  # Parquet file metadata key holding SCHEMA_VERSION
 
-# Scorer names as stored. M6 rows come in pairs from one generation, one per extractor.
-# M4-char: log-likelihood per character of the choice, lm-evaluation-harness's acc_norm (only
-# `cube import lm-eval` writes it; cube's own length normalisation is M4, per UTF-8 byte).
-SCORER_NAMES = ("M1-seq", "M1-strict", "M2", "M3", "M4", "M5", "M6-strict", "M6-lenient", "TF",
-                "M4-char")
+# The scorer groups, derived from the one scorer table (cube.protocol.scorers.SCORERS), here beside
+# the record schema so that the harness (writer), the store and provenance (readers) share them.
+# A run asks for a scorer by its name; its records carry the entry's record names (M6 and M6-cot
+# as M6-strict and M6-lenient, the two extractors of one generation). M4-char (lm-eval's acc_norm,
+# per character) has no pass: only `cube import lm-eval` writes it; cube's own is M4, per byte.
+SCORER_NAMES = tuple(dict.fromkeys(r for s in SCORERS.values() for r in s.records))  # as stored
+LABEL_SCORERS = pass_scorers("label")
+CLOZE_SCORERS = pass_scorers("cloze")
+GENERATION_SCORERS = tuple(s.name for s in SCORERS.values() if s.reads == "generation")
+GENERATION_RECORD_SCORERS = tuple(dict.fromkeys(r for s in GENERATION_SCORERS for r in SCORERS[s].records))
+JUDGEMENT_SCORERS = tuple(s.name for s in SCORERS.values() if s.reads == "judgement")
+ALL_SCORERS = tuple(s.name for s in SCORERS.values() if s.pass_kind is not None)  # what a run can ask for
+CLOZE_CELL = PASSES["cloze"].fixed_cell  # label_set, context, shots, order of cloze records
+JUDGEMENT_CELL = PASSES["tf"].fixed_cell
 
-# The scorers a run asks for (run names), grouped by how the runner scores them; each writes
-# records under the names in SCORER_NAMES (M6 and M6-cot as M6-strict and M6-lenient). Here, beside
-# the record schema, so that the harness (writer) and provenance (reader) share them.
-LABEL_SCORERS = ("M1-seq", "M1-strict")
-CLOZE_SCORERS = ("M2", "M3", "M4", "M5")
-GENERATION_SCORERS = ("M6", "M6-cot")  # each yields GENERATION_RECORD_SCORERS records
-GENERATION_RECORD_SCORERS = ("M6-strict", "M6-lenient")  # the two extractors of one generation
-JUDGEMENT_SCORERS = ("TF",)  # the item as four true/false statements (partial-credit groups)
-ALL_SCORERS = LABEL_SCORERS + CLOZE_SCORERS + GENERATION_SCORERS + JUDGEMENT_SCORERS
-CLOZE_CELL = ("-", "cloze", 0, "original")  # label_set, context, shots, order of cloze records
-JUDGEMENT_CELL = ("-", "judgement", 0, "original")
+
+def record_names(scorers: Iterable[str]) -> tuple[str, ...]:
+    """The scorer names the records of these run scorers carry, in table order."""
+    wanted = set(scorers)
+    return tuple(dict.fromkeys(r for s in SCORERS.values() if s.name in wanted for r in s.records))
 
 RUNLOG_NAME = "runlog.jsonl"  # each model folder's run log: one JSON line per finished run
 
@@ -38,6 +50,45 @@ def cell_shard_file(cell: str, chunk: int) -> str:
     folder, a store's cell key gives the shard's manifest name). One definition, shared by the
     runner that writes shards and the store that checks a cell's shards are all there."""
     return f"{cell}--{chunk:05d}.parquet"
+
+def tie_text(groups: Sequence[Sequence[int]]) -> str:
+    """Tie groups as the ``tie_groups`` column keeps them: ``"0=1=2=3"``, ``"1=3;0=2"``, ``""``."""
+    return ";".join("=".join(str(i) for i in g) for g in groups)
+
+
+def record_row(model: str, item: Item, scorer: str, cell: tuple[str, str, int, str], gold: int,
+               result: ScoreResult | None, *, pred: int | None = None, generation: str | None = None,
+               first_token_ids: Sequence[int] | None = None, n_tokens: Sequence[int] | None = None) -> dict:
+    """One record as a dict of RECORD_SCHEMA's columns: the one builder of the harness and the imports,
+    so that a record means the same whoever wrote it.
+
+    ``result``: a scored decision (its scores, their softmax, ties); None for a generation, whose
+    ``pred`` (None: a parse failure) gets no scores and a one-hot distribution.
+    """
+    label_set, context, shots, order = cell
+    if result is not None:
+        pred_i = int(result.pred)
+        scores = np.asarray(result.scores, dtype=np.float64)
+        probs = option_distribution(scores)
+        tied, groups = bool(result.tied), tie_text(result.tie_groups)
+    else:
+        pred_i = -1 if pred is None else int(pred)
+        scores = np.full(len(item.options), np.nan)
+        probs = np.zeros(len(item.options))
+        if pred is not None:
+            probs[pred] = 1.0
+        tied, groups = False, ""
+    return {
+        "model": model, "uid": item.uid, "qhash": item.qhash, "benchmark": item.benchmark,
+        "subject": item.subject, "scorer": scorer, "label_set": label_set, "context": context,
+        "shots": int(shots), "order": order, "gold": int(gold), "pred": pred_i,
+        "correct": pred_i == gold, "parse_failed": pred_i < 0, "tied": tied, "tie_groups": groups,
+        "scores": scores.tolist(), "probs": probs.astype(np.float32).tolist(),
+        "first_token_ids": list(first_token_ids) if first_token_ids is not None else None,
+        "n_tokens": list(n_tokens) if n_tokens is not None else None,
+        "generation": generation,
+    }
+
 
 RECORD_SCHEMA = pa.schema([
     # --- keys -------------------------------------------------------------------------------

@@ -362,3 +362,38 @@ def test_a_prefix_joins_one_context_per_subject(tmp_path):
     path = str(tmp_path / "s")
     e = explained(f"{path}:context=oc-ppl-*", f"{path}:context=oc-ppl-*,agg=macro")
     assert e.cell_a["context"] == "oc-ppl-agro ... (3 values)" and e.gap == macro(right) - acc(right.values())
+
+
+def opencompass_metadata(subjects, differs: int = 0) -> dict:
+    """The manifest metadata `cube import opencompass` writes, for PPL datasets (invented prompt)."""
+    def template(label):
+        return {"begin": "</E>", "round": [
+            {"role": "HUMAN", "prompt": "以下是单项选择题。\n题目：{question}\nA. {A}\nB. {B}\nC. {C}\nD. {D}"},
+            {"role": "BOT", "prompt": f"答案是: {label}"}]}
+    datasets = {f"cmmlu-{s}@ppl": {
+        "context": f"oc-ppl-{s[:4]}", "mode": "ppl", "shots": 0,
+        "config": {"infer_cfg": {"ice_template": {"template": {x: template(x) for x in "ABCD"}}}},
+        "audit": {"n_decision_differs_from_summed_loglik": differs}} for s in subjects}
+    return {"source": "opencompass", "opencompass": {"datasets": datasets, "audit": {"cell": {"verdict": "max1tok"}}}}
+
+
+@pytest.mark.parametrize("differs", [0, 1])
+def test_opencompass_ppl_against_cube(tmp_path, differs):
+    """Its whole-prompt PPL decides as the summed log-likelihood where its import's audit says so
+    (then the prompt alone differs); where it does not, the scorer is a second difference."""
+    right = pattern(42)
+    oc = [dict(r, context=f"oc-ppl-{r['subject'][:4]}")
+          for r in outcome_records(shifted(right), scorer="OC-ppl", **TOKENS)]
+    write_records(tmp_path / "oc", table(oc), metadata=opencompass_metadata(SUBJECT_SIZES, differs))
+    cube = store(tmp_path, "cube", outcome_records(right, **TOKENS))
+    e = explained(f"{cube}:scorer=M1-seq", f"{tmp_path / 'oc'}:context=oc-ppl-*")
+    assert e.protocol["prompt_bytes"]["status"] == "differs"
+    assert e.protocol["label_tokenization"]["status"] == "same"  # the same label tokens in the records
+    assert any("{{turn}}答案是: {{label}}" in line for line in e.prompt_diff)
+    assert not any("</E>" in line or "{question}" in line for line in e.prompt_diff)
+    if differs:
+        assert e.protocol["scorer_normalisation"]["status"] == "differs"
+        assert_named_alone(e, "remainder")
+    else:
+        assert "decides every item as M1-seq" in e.factor("scorer_normalisation").detail
+        assert_named_alone(e, "prompt_bytes")

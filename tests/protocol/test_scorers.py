@@ -7,11 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from cube.harness.scorers import (
-    SCORER_CONTINUATIONS,
+from cube.protocol.scorers import (
+    PASSES,
     SCORERS,
     TIE_BREAK,
     ContinuationScores,
+    Scorer,
     decide,
     m1_seq,
     m1_strict,
@@ -19,6 +20,7 @@ from cube.harness.scorers import (
     m3_mean,
     m4_per_byte,
     m5_pmi,
+    markdown_table,
     option_distribution,
     tie_groups,
 )
@@ -126,15 +128,20 @@ def _options(lps, ids, texts, uncond=None):
 
 
 def test_registry_names_and_what_each_scorer_reads():
-    assert list(SCORERS) == ["M1-seq", "M1-strict", "M2", "M3", "M4", "M5"]
-    assert SCORER_CONTINUATIONS == {
-        "M1-seq": "label",
-        "M1-strict": "label",
-        "M2": "cloze",
-        "M3": "cloze",
-        "M4": "cloze",
-        "M5": "cloze",
+    # cube's own scorers first; imports may add their own after them (M4-char, lm-eval's acc_norm)
+    assert list(SCORERS)[:10] == ["M1-seq", "M1-strict", "M2", "M3", "M4", "M5", "M6", "M6-cot", "TF", "M4-char"]
+    assert {name: s.reads for name, s in list(SCORERS.items())[:10]} == {
+        "M1-seq": "label", "M1-strict": "label", "M2": "cloze", "M3": "cloze", "M4": "cloze", "M5": "cloze",
+        "M6": "generation", "M6-cot": "generation", "TF": "judgement", "M4-char": "imported",
     }
+    assert {name: s.pass_kind for name, s in list(SCORERS.items())[:10]} == {
+        "M1-seq": "label", "M1-strict": "label", "M2": "cloze", "M3": "cloze", "M4": "cloze", "M5": "cloze",
+        "M6": "gen", "M6-cot": "cot", "TF": "tf", "M4-char": None,
+    }
+    assert [s.name for s in SCORERS.values() if s.needs_unconditional] == ["M5"]
+    assert all(s.pass_kind is None for s in list(SCORERS.values())[10:])  # imports have no cube pass
+    for entry in SCORERS.values():  # every pass a scorer reads exists, and reads what the scorer says
+        assert entry.pass_kind is None or PASSES[entry.pass_kind].reads == entry.reads
 
 
 def test_registry_scorers_on_hand_computed_options():
@@ -211,6 +218,8 @@ def test_registry_matches_a_naive_reference_on_random_inputs():
                 ContinuationScores(ids, -rng.exponential(size=n), text, -rng.exponential(size=n))
             )
         for name, scorer in SCORERS.items():
+            if scorer.reads not in ("label", "cloze"):
+                continue  # the continuation scorers: the others read no ContinuationScores
             reference = _naive(name, options)
             result = scorer(options)
             np.testing.assert_allclose(result.scores, reference, rtol=1e-12, err_msg=name)
@@ -220,3 +229,49 @@ def test_registry_matches_a_naive_reference_on_random_inputs():
                 [math.exp(r) / math.fsum(math.exp(x) for x in reference) for r in reference],
                 rtol=1e-9,
             )
+
+
+# --- the table's other entries, and what is derived from the table ----------------------------
+
+
+def test_m4_char_divides_each_logged_total_by_its_characters():
+    totals = [-6.0, -1.5, -2.0, -0.5]
+    choices = ["北京", "A", "", "上海市"]  # 2, 1, 0 (counted as 1) and 3 characters
+    result = SCORERS["M4-char"].score(totals, choices)
+    assert result.scores.tolist() == [-3.0, -1.5, -2.0, -0.5 / 3]
+    assert (result.pred, result.tied, result.tie_groups) == (3, False, ())
+    with pytest.raises(ValueError, match="3 log-likelihoods but 4 choices"):
+        SCORERS["M4-char"].score(totals[:3], choices)
+
+
+def test_tf_answers_with_the_statement_judged_most_true_first_in_order():
+    result = SCORERS["TF"].score([-0.5, 1.25, 1.25, -3.0])
+    assert (result.pred, result.tied) == (1, True)
+    assert result.scores.tolist() == [-0.5, 1.25, 1.25, -3.0]
+
+
+def test_m6_reads_one_generation_with_both_extractors_in_record_order():
+    entry = SCORERS["M6"]
+    assert entry.records == ("M6-strict", "M6-lenient")
+    labels, shown = ("A", "B", "C", "D"), ["北京", "上海", "广州", "深圳"]
+    assert entry.score("答案：C", labels, shown) == (2, 2)
+    assert entry.score("我选B", labels, shown) == (None, 1)  # only the lenient rules read 选X
+    assert entry.score("不知道", labels, shown) == (None, None)
+
+
+def test_an_entry_names_a_known_pass_and_writes_records():
+    with pytest.raises(ValueError, match="unknown pass 'nope'"):
+        Scorer("M9", "cloze", ("M9",), "x", lambda options: None, "nope")
+    with pytest.raises(ValueError, match="writes no records"):
+        Scorer("M9", "cloze", (), "x", lambda options: None, "cloze")
+
+
+def test_the_docs_scorer_tables_are_the_generated_one():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    table = markdown_table()
+    assert table.count("\n") == len(SCORERS) + 2  # a header, a rule, one row per entry
+    for name in ("README.md", "book/method.md"):
+        assert table in (root / name).read_text(encoding="utf-8"), (
+            f"{name}'s scorer table is not the generated one: run scripts/write_scorer_table.py")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from cube.harness.extract import extract_lenient, extract_strict
+from cube.protocol.extract import extract_lenient, extract_strict
 from cube.protocol.label_sets import load_label_sets
 
 SETS = load_label_sets()
