@@ -96,7 +96,8 @@ def format_explanation(data: dict, subjects: int = 10) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cube.analysis.explain import explain_slices, explanation_json, parse_slice
+    from cube.analysis.explain import explain_slices, explanation_json
+    from cube.analysis.explain_selectors import parse_slice
     from cube.errors import ConfigError
     from cube.records.store import read_manifest
 
