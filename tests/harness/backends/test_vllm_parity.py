@@ -113,16 +113,7 @@ def test_cli_dtype_overrides_the_file(given, expected):
     ("model: {}", "unknown top-level key 'model'"),
     ("defaults: {llm: {enable_prefix_caching: true}}", "enable_prefix_caching needs disable_log_stats: false"),
     ("defaults: {llm: {disable_log_stats: true}}", "enable_prefix_caching needs disable_log_stats: false"),
-])
-def test_bad_serving_file_is_a_config_error_naming_the_value(tmp_path, text, message):
-    path = tmp_path / "serving.yaml"
-    path.write_text(text + "\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=message) as err:
-        serving_settings("m", path=path)
-    assert str(path) in str(err.value)
-
-
-@pytest.mark.parametrize("text,message", [
+    # misspelt names: they were read as no settings at all, so the model ran with the defaults
     ("models: {smollm2-135m-instrct: {llm: {max_model_len: 8192}}}",
      "no entry for model 'smollm2-135m-instruct' but one for 'smollm2-135m-instrct'; fix the spelling"),
     ("models: {smollm2-135m-instruct: {lm: {max_model_len: 8192}}}",
@@ -130,8 +121,7 @@ def test_bad_serving_file_is_a_config_error_naming_the_value(tmp_path, text, mes
     ("models: {other-model: [8192]}", "model 'other-model' must be a mapping with llm and/or env, got \\[8192\\]$"),
     ("defaults: {envs: {}}", "defaults: unknown key 'envs'"),
 ])
-def test_a_misspelt_serving_name_is_one_line_naming_it(tmp_path, text, message):
-    """They were read as no settings at all: the model ran with the defaults, silently."""
+def test_bad_serving_file_is_a_config_error_naming_the_value(tmp_path, text, message):
     path = tmp_path / "serving.yaml"
     path.write_text(text + "\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=message) as err:
