@@ -56,6 +56,7 @@ from cube.errors import ConfigError, RecordsError
 from cube.models_config import study_checkpoints
 from cube.protocol.items import allocate_per_subject
 from cube.protocol.taxonomy import load_cmmlu_taxonomy
+from cube.records.schema import GENERATION_RECORD_SCORERS
 from cube.records.store import MANIFEST_NAME, from_columns, write_records
 from cube.tokenizers.audit import read_prediction
 
@@ -234,7 +235,7 @@ def _cell_rows(
     margin = rng.exponential(1.0, SIM_ITEMS)
     logits[np.arange(SIM_ITEMS), pred] = logits.max(axis=1) + margin
     parse_failed = np.zeros(SIM_ITEMS, dtype=bool)
-    if cell.scorer.startswith("M6"):
+    if cell.scorer in GENERATION_RECORD_SCORERS:  # a generation's extractor (scorer table)
         parse_failed = rng.random(SIM_ITEMS) < truth.parse_failure[model]
         recovered = rng.random(SIM_ITEMS) < LENIENT_RECOVERY
         if cell.scorer == "M6-lenient":
@@ -283,7 +284,7 @@ def simulate_model(
     is_strict = np.repeat([c.scorer == "M1-strict" for c in SIM_CELLS], n_items)
     ids = pa.array(cat["ids"].reshape(-1).astype(np.int32))
     offsets = pa.array(np.arange(0, len(ids) + 1, N_OPTIONS, dtype=np.int32))
-    is_m6 = np.repeat([c.scorer.startswith("M6") for c in SIM_CELLS], n_items)
+    is_m6 = np.repeat([c.scorer in GENERATION_RECORD_SCORERS for c in SIM_CELLS], n_items)
     answer_texts = pa.array(["sim: A", "sim: B", "sim: C", "sim: D", "sim: (no answer)"])
     answer_index = np.where(cat["pred"] < 0, N_OPTIONS, cat["pred"])
     rows = pa.array(item_of_row)
