@@ -15,10 +15,12 @@ D = RunConfig.default  # each default is stated once, in RunConfig
 
 
 def scorers_help() -> str:
-    """``--scorers``'s help, from the scorer table: every scorer a run can ask for."""
-    from cube.records.schema import ALL_SCORERS
+    """``--scorers``'s help, from the scorer table: every scorer a run can ask for. Read from
+    ``cube.protocol.scorers`` (numpy only), not the record schema: building the parser must not
+    need pyarrow, which the tokenizer audit's install lacks."""
+    from cube.protocol.scorers import run_scorers
 
-    return f"comma-separated, of: {','.join(ALL_SCORERS)} (the scorer table: README, Scoring models)"
+    return f"comma-separated, of: {','.join(run_scorers())} (the scorer table: README, Scoring models)"
 
 
 def register(subparsers) -> None:

@@ -333,6 +333,11 @@ def pass_scorers(kind: str, scorers: Sequence[str] | None = None) -> tuple[str, 
                  if s.pass_kind == kind and (scorers is None or s.name in scorers))
 
 
+def run_scorers() -> tuple[str, ...]:
+    """The scorers ``cube run`` can ask for: every entry with a pass, in table order."""
+    return tuple(s.name for s in SCORERS.values() if s.pass_kind is not None)
+
+
 def markdown_table() -> str:
     """The docs' scorer table (README.md, book/method.md), one row per entry."""
     rows = ["| scorer | reads | records | what it scores |", "|---|---|---|---|"]

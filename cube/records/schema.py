@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from cube.protocol.scorers import PASSES, SCORERS, ScoreResult, option_distribution, pass_scorers
+from cube.protocol.scorers import PASSES, SCORERS, ScoreResult, option_distribution, pass_scorers, run_scorers
 
 if TYPE_CHECKING:
     from cube.protocol.items import Item
@@ -32,7 +32,7 @@ CLOZE_SCORERS = pass_scorers("cloze")
 GENERATION_SCORERS = tuple(s.name for s in SCORERS.values() if s.reads == "generation")
 GENERATION_RECORD_SCORERS = tuple(dict.fromkeys(r for s in GENERATION_SCORERS for r in SCORERS[s].records))
 JUDGEMENT_SCORERS = tuple(s.name for s in SCORERS.values() if s.reads == "judgement")
-ALL_SCORERS = tuple(s.name for s in SCORERS.values() if s.pass_kind is not None)  # what a run can ask for
+ALL_SCORERS = run_scorers()  # what a run can ask for
 CLOZE_CELL = PASSES["cloze"].fixed_cell  # label_set, context, shots, order of cloze records
 JUDGEMENT_CELL = PASSES["tf"].fixed_cell
 

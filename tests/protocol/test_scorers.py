@@ -275,3 +275,20 @@ def test_the_docs_scorer_tables_are_the_generated_one():
     for name in ("README.md", "book/method.md"):
         assert table in (root / name).read_text(encoding="utf-8"), (
             f"{name}'s scorer table is not the generated one: run scripts/write_scorer_table.py")
+
+
+def test_the_cli_reads_the_table_without_pyarrow():
+    """`cube run --help` lists the table's run scorers; building the parser imports no pyarrow
+    (the tokenizer audit's install has none), so the help reads cube.protocol.scorers."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from cube.cli import build_parser; build_parser(); "
+            "print('pyarrow' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "False"
+    from cube.commands.run import scorers_help
+    from cube.protocol.scorers import run_scorers
+
+    assert run_scorers()[:9] == ("M1-seq", "M1-strict", "M2", "M3", "M4", "M5", "M6", "M6-cot", "TF")
+    assert ",".join(run_scorers()) in scorers_help()
