@@ -33,6 +33,12 @@ vllm-env:
 lmeval-env:
 	scripts/install_lm_eval_env.sh
 
+# The real OpenCompass 0.5.4 in its own venv (wheels only): it wrote data/imported/opencompass-smollm2,
+# and tests/records/test_opencompass_import.py runs it where it exists (not a test prerequisite).
+.PHONY: opencompass-env
+opencompass-env:
+	scripts/install_opencompass_env.sh
+
 # The main job: the tokenizer audit checked against the frozen prediction, every claim notebook
 # executed by papermill, and the offline Jupyter Book built into _build/html.
 paper: book

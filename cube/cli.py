@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "cube.commands.merge",
     "cube.commands.smoke",
     "cube.commands.import_lm_eval",
+    "cube.commands.import_opencompass",
     "cube.commands.explain",
 ]
 

@@ -227,6 +227,19 @@ def score_m4_char(loglikelihoods: Sequence[float], choices: Sequence[str]) -> Sc
     return decide(totals / np.array([max(len(c), 1) for c in choices], dtype=np.float64))
 
 
+def score_oc_ppl(ppls: Sequence[float]) -> ScoreResult:
+    """OC-ppl: OpenCompass's PPL mode, the label whose whole prompt has the lowest perplexity
+    (the mean cross-entropy over the prompt, not the label alone); read from an imported run."""
+    return decide(-np.asarray(ppls, dtype=np.float64))
+
+
+def extract_oc_gen(text: str, labels: Sequence[str]) -> int | None:
+    """M6-oc: OpenCompass's ``first_capital_postprocess``, the first upper-case letter anywhere in
+    the generation; None when it is no label (OpenCompass counts that wrong, cube a parse failure)."""
+    first = next((ch for ch in text if ch.isupper()), "")
+    return list(labels).index(first) if first in labels else None
+
+
 def score_tf(margins: Sequence[float]) -> ScoreResult:
     """TF: each statement's log p(true word) - log p(false word); the statement judged most true
     is the MCQ answer read off the same pass (the four margins are what partial credit reads)."""
@@ -324,6 +337,11 @@ SCORERS: dict[str, Scorer] = {s.name: s for s in (
     Scorer("TF", "judgement", ("TF",), "each option as a 对/错 statement, for partial credit", score_tf, "tf"),
     Scorer("M4-char", "imported", ("M4-char",),
            "log-likelihood per character, lm-eval's acc_norm (imported runs only)", score_m4_char, None),
+    Scorer("OC-ppl", "imported", ("OC-ppl",),
+           "-PPL of each label's whole prompt, OpenCompass's PPL mode (imported runs only)", score_oc_ppl, None),
+    Scorer("M6-oc", "imported", ("M6-oc",),
+           "the first capital letter of a generation, OpenCompass's gen mode (imported runs only)",
+           extract_oc_gen, None),
 )}
 
 

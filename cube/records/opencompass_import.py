@@ -1,0 +1,675 @@
+"""Importing OpenCompass runs of CMMLU and C-Eval: PPL choices and generations as cube records.
+
+OpenCompass is the harness Chinese-benchmark users run most, and its two multiple-choice modes
+score differently from lm-eval and from cube: imported, a run's items can be rescored, compared
+and explained beside cube's own records, with no model.
+
+What is read: one OpenCompass output folder (``opencompass CONFIG -w WORK_DIR`` writes
+``WORK_DIR/<timestamp>/``; give either): ``configs/*.py`` (the whole run's configuration, as
+mmengine dumps it: read as a syntax tree, never executed), ``predictions/<model>/<dataset>.json``
+and ``results/<model>/<dataset>.json``. Predictions hold the rendered prompts (benchmark text): they
+are read in memory only, to match each prediction to its item by question hash and to tokenize
+what was scored, and are never written. Records keep uid + qhash and numbers.
+
+The two modes, as OpenCompass 0.5.4 computes them (``openicl/icl_inferencer/icl_ppl_inferencer.py``,
+``models/huggingface_above_v4_33.py: HuggingFaceBaseModel.get_ppl``):
+
+- PPL: each label's whole prompt (in-context examples, question, options and ``答案是: X``) is
+  scored, and the label with the lowest PPL wins (the first, on a tie). PPL is the summed
+  cross-entropy of tokens 2..n divided by n, the count of non-pad tokens: the whole sequence, not
+  the answer alone, and n counts the first token, which is never predicted. So
+  ``-PPL * n`` is the whole sequence's log-likelihood, and PPL differs from summing the label's
+  log-likelihood (cube's M1-seq) only when the labels' prompts have different token counts.
+  Records: scorer ``OC-ppl``, scores ``-PPL``.
+- gen: a greedy generation after the prompt, read by ``first_capital_postprocess`` (the first
+  capital letter anywhere, A-Z, scored against the gold letter). Records: ``M6-oc`` (that
+  extraction, recomputed and checked against what OpenCompass logged), and cube's ``M6-strict``
+  and ``M6-lenient`` on the same text.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cube.checksums import sha256_bytes, sha256_file
+from cube.errors import HarnessImportError
+from cube.files import read_text
+from cube.protocol.items import Item, qhash
+from cube.protocol.tokenization import encode_ids
+from cube.records.lm_eval_import import _decide, _groups, _softmax, _tie_text
+
+PPL_SCORER = "OC-ppl"
+GEN_SCORER = "M6-oc"  # a third extractor of one generation, beside cube's M6-strict and M6-lenient
+LABELS = ("A", "B", "C", "D")
+# OpenCompass's dataset classes of the two benchmarks cube reads (the config's ``type``).
+KNOWN_DATASETS = {"CMMLUDataset": "cmmlu", "CEvalDataset": "ceval"}
+BENCHMARK_SPLITS = {"cmmlu": ("dev", "test"), "ceval": ("dev", "val", "test")}
+INFERENCERS = {"PPLInferencer": "ppl", "GenInferencer": "gen"}
+# A model or dataset abbr names a folder and a file of the output (predictions/<model>/<dataset>.json):
+# one with a separator or "..", such as "../../elsewhere", would read outside the folder given.
+_ABBR = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,199}$")
+
+
+# --------------------------------------------------------------------------------------------
+# The configuration, as a syntax tree
+# --------------------------------------------------------------------------------------------
+
+
+class _Unsupported(ValueError):
+    pass
+
+
+def _value(node: ast.AST) -> Any:
+    """The value of a dumped config expression: literals and ``dict(...)`` only, nothing run."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_value(e) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        return {_value(k): _value(v) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_value(node.operand)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+        return {kw.arg: _value(kw.value) for kw in node.keywords}
+    raise _Unsupported(type(node).__name__)
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The top-level names of a dumped OpenCompass config (those that are not plain data: None)."""
+    text = read_text(path, HarnessImportError, "OpenCompass config")
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except (SyntaxError, ValueError, RecursionError):
+        raise HarnessImportError(f"{path}: not a Python config file (truncated?)") from None
+    out: dict[str, Any] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            try:
+                out[stmt.targets[0].id] = _value(stmt.value)
+            except (_Unsupported, RecursionError):
+                out[stmt.targets[0].id] = None
+    return out
+
+
+def _type_name(value: Any) -> str:
+    """``opencompass.datasets.CMMLUDataset`` (as dumped) -> ``CMMLUDataset``."""
+    return str(value or "").rsplit(".", 1)[-1]
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the output folder
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DatasetRun:
+    """One dataset of a run: its configuration and the files OpenCompass wrote for it."""
+
+    abbr: str
+    benchmark: str
+    subject: str
+    split: str
+    mode: str  # ppl | gen
+    test_range: str
+    shots: int
+    postprocessor: str | None
+    config: dict[str, Any]
+    predictions: Path
+    results: Path
+
+
+@dataclass(frozen=True)
+class OpenCompassRun:
+    folder: Path
+    config_path: Path
+    config: dict[str, Any]
+    model: str
+    model_config: dict[str, Any]
+    datasets: tuple[DatasetRun, ...]
+
+
+def find_runs(folder: str | Path) -> list[Path]:
+    """The run folders at or below ``folder``: each holds ``configs/`` and ``predictions/``."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise HarnessImportError(f"{folder}: not a folder (give the -w WORK_DIR OpenCompass wrote, or one run in it)")
+    found = sorted({p.parents[2] for p in folder.glob("**/predictions/*/*.json")})
+    if not found:
+        raise HarnessImportError(f"{folder}: no predictions/<model>/<dataset>.json below it; not an "
+                                 "OpenCompass output folder")
+    return found
+
+
+def _check_abbr(kind: str, value: Any, where: Path) -> str:
+    if not isinstance(value, str) or not _ABBR.match(value) or ".." in value:
+        raise HarnessImportError(f"{where}: {kind} abbr {str(value)[:60]!r} is not a plain name (letters, "
+                                 "digits, _ . + -); it would name a file outside this folder")
+    return value
+
+
+def _model_abbr(model: Mapping[str, Any]) -> Any:
+    if model.get("abbr"):
+        return model["abbr"]
+    return Path(str(model.get("path") or "").rstrip("/")).name or None
+
+
+def read_run(folder: str | Path) -> OpenCompassRun:
+    """One run folder, checked for everything an import needs before any prediction is read."""
+    folder = Path(folder)
+    configs = sorted((folder / "configs").glob("*.py")) if (folder / "configs").is_dir() else []
+    if not configs:
+        raise HarnessImportError(f"{folder / 'configs'}: no dumped config (*.py); OpenCompass writes one per "
+                                 "run, and an import needs it to know how each dataset was scored")
+    config_path = configs[-1]
+    config = read_config(config_path)
+    models, datasets = config.get("models"), config.get("datasets")
+    if not isinstance(models, list) or not isinstance(datasets, list) or not datasets:
+        raise HarnessImportError(f"{config_path}: no 'models' and 'datasets' lists; not an OpenCompass config")
+    if len(models) != 1 or not isinstance(models[0], dict):
+        raise HarnessImportError(f"{config_path}: {len(models)} models; import a run of one model")
+    model = _check_abbr("model", _model_abbr(models[0]), config_path)
+    out = []
+    for d in datasets:
+        if not isinstance(d, dict):
+            raise HarnessImportError(f"{config_path}: a dataset entry is not a mapping")
+        abbr = _check_abbr("dataset", d.get("abbr"), config_path)
+        kind = _type_name(d.get("type"))
+        if kind not in KNOWN_DATASETS:
+            raise HarnessImportError(f"{config_path}: dataset {abbr} is {kind or 'of no type'}, not C-Eval or CMMLU "
+                                     f"({', '.join(KNOWN_DATASETS)}); only those two are imported")
+        infer = d.get("infer_cfg") or {}
+        inferencer = _type_name((infer.get("inferencer") or {}).get("type"))
+        if inferencer not in INFERENCERS:
+            raise HarnessImportError(f"{config_path}: dataset {abbr} uses {inferencer or 'no inferencer'}; only "
+                                     "PPLInferencer and GenInferencer are imported")
+        reader = d.get("reader_cfg") or {}
+        retriever = infer.get("retriever") or {}
+        shots = len(retriever.get("fix_id_list") or []) if _type_name(retriever.get("type")) == "FixKRetriever" else 0
+        post = (d.get("eval_cfg") or {}).get("pred_postprocessor")
+        predictions = folder / "predictions" / model / f"{abbr}.json"
+        results = folder / "results" / model / f"{abbr}.json"
+        for path, what in ((predictions, "predictions"), (results, "results")):
+            if not path.is_file():
+                raise HarnessImportError(f"{path}: missing; OpenCompass's {'inference' if what == 'predictions' else 'evaluation'} "
+                                         "of this dataset did not finish")
+        out.append(DatasetRun(abbr, KNOWN_DATASETS[kind], str(d.get("name") or ""), str(reader.get("test_split") or "test"),
+                              INFERENCERS[inferencer], str(reader.get("test_range") or ""), shots,
+                              _type_name(post.get("type")) if isinstance(post, dict) else None, d, predictions, results))
+    return OpenCompassRun(folder, config_path, config, model, models[0], tuple(out))
+
+
+def _load_json(path: Path, what: str) -> Any:
+    text = read_text(path, HarnessImportError, f"OpenCompass {what} file")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HarnessImportError(f"{path}: not valid JSON at line {exc.lineno} (a truncated {what} file?)") from None
+    except RecursionError:
+        raise HarnessImportError(f"{path}: JSON nested too deep to parse") from None
+
+
+def read_predictions(dataset: DatasetRun) -> list[dict[str, Any]]:
+    """The dataset's predictions in index order; a gap in the indices is a truncated file."""
+    data = _load_json(dataset.predictions, "predictions")
+    if not isinstance(data, dict) or not data:
+        raise HarnessImportError(f"{dataset.predictions}: not an object of predictions by index")
+    if sorted(data, key=lambda k: (len(k), k)) != [str(i) for i in range(len(data))]:
+        raise HarnessImportError(f"{dataset.predictions}: its indices are not 0..{len(data) - 1}")
+    out = []
+    for i in range(len(data)):
+        entry = data[str(i)]
+        if not isinstance(entry, dict) or "prediction" not in entry or "gold" not in entry:
+            raise HarnessImportError(f"{dataset.predictions} index {i}: no 'prediction' and 'gold'")
+        out.append(entry)
+    return out
+
+
+def read_accuracy(dataset: DatasetRun) -> float:
+    data = _load_json(dataset.results, "results")
+    value = data.get("accuracy") if isinstance(data, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise HarnessImportError(f"{dataset.results}: no numeric 'accuracy'")
+    return float(value)
+
+
+def _range_rows(test_range: str, n: int, where: str) -> range:
+    """The test rows ``test_range`` (``"[a:b]"``, OpenCompass's slice of the split) selected."""
+    if not test_range:
+        return range(n)
+    m = re.fullmatch(r"\[\s*(\d*)\s*:\s*(\d*)\s*\]", test_range)
+    if not m:
+        raise HarnessImportError(f"{where}: test_range {test_range!r} is not a plain [a:b] slice")
+    start = int(m.group(1) or 0)
+    return range(start, start + n)
+
+
+# --------------------------------------------------------------------------------------------
+# Matching predictions to items
+# --------------------------------------------------------------------------------------------
+
+_QUESTION = re.compile(r"题目：(.*?)\nA\. ", re.S)
+
+
+def question_of(prompt: str, where: str) -> str:
+    """The test question of a rendered prompt: the last ``题目：...\\nA. `` block (OpenCompass's
+    CMMLU and C-Eval templates; in-context examples come before it)."""
+    found = _QUESTION.findall(prompt)
+    if not found:
+        raise HarnessImportError(f"{where}: the prompt has no 题目：...A. block to read the question from")
+    return found[-1]
+
+
+def match_item(prompt: str, dataset: DatasetRun, row: int, by_hash: Mapping[str, Sequence[Item]],
+               where: str) -> Item:
+    """The prediction's item: question hash, narrowed by subject and split, checked against the row."""
+    h = qhash(question_of(prompt, where))
+    candidates = [c for c in by_hash.get(h, ()) if c.subject == dataset.subject and c.split == dataset.split]
+    if not candidates:
+        raise HarnessImportError(f"{where}: question hash {h} matches no {dataset.benchmark} {dataset.subject} "
+                                 f"{dataset.split} item (another copy of the benchmark? pass it with --data)")
+    at_row = [c for c in candidates if c.row == row]
+    return at_row[0] if at_row else candidates[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Building the records
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DatasetImport:
+    """What one dataset contributed, for the report and the manifest."""
+
+    abbr: str
+    mode: str
+    n: int
+    accuracy: float  # OpenCompass's own, from results/
+    reproduced: float  # the same from the imported records
+    scorers: list[str]
+    n_tied: int = 0
+    n_differs_from_seq: int | None = None  # PPL: docs where length normalisation changed the choice
+    n_parse_failed: dict[str, int] = field(default_factory=dict)
+    token_counts: list[list[int]] | None = None  # PPL: tokens of each label's whole prompt
+    context: str = ""
+
+
+def first_capital(text: str) -> str:
+    """OpenCompass's ``first_capital_postprocess``: the first A-Z in the text, else ''."""
+    for ch in text:
+        if ch.isupper():
+            return ch
+    return ""
+
+
+def _ppl_values(entry: Mapping[str, Any], where: str) -> list[float]:
+    values = []
+    for label in LABELS:
+        cell = entry.get(f"label: {label}")
+        ppl = cell.get("PPL") if isinstance(cell, dict) else None
+        if isinstance(ppl, bool) or not isinstance(ppl, (int, float)) or not np.isfinite(ppl) or ppl < 0:
+            raise HarnessImportError(f"{where}: no finite non-negative PPL for label {label}")
+        values.append(float(ppl))
+    return values
+
+
+def _gold(entry: Mapping[str, Any], item: Item, where: str) -> int:
+    gold = entry.get("gold")
+    if gold not in LABELS:
+        raise HarnessImportError(f"{where}: gold {str(gold)[:12]!r} is not one of A-D")
+    if LABELS.index(gold) != item.answer:
+        raise HarnessImportError(f"{where}: OpenCompass's gold is {gold} but item {item.uid} has answer "
+                                 f"{LABELS[item.answer]} (another copy of the benchmark?)")
+    return item.answer
+
+
+def context_name(dataset: DatasetRun, subject_zh: str = "") -> str:
+    """The records' answer context: OpenCompass's own template, named by its hash with the subject's
+    name taken out (the template names the subject; the context is one across subjects)."""
+    infer = dataset.config.get("infer_cfg") or {}
+    template = json.dumps(infer.get("prompt_template") or infer.get("ice_template"), ensure_ascii=False,
+                          sort_keys=True)
+    if subject_zh:
+        template = template.replace(subject_zh, "{subject}")
+    return f"oc-{dataset.mode}-{sha256_bytes(template.encode('utf-8'))[:8]}"
+
+
+def import_dataset(dataset: DatasetRun, by_hash: Mapping[str, Sequence[Item]], model: str,
+                   tokenizer: Any | None = None) -> tuple[list[dict], DatasetImport]:
+    """The records of one dataset, each decision recomputed and checked against OpenCompass's."""
+    from cube.protocol.extract import extract_lenient, extract_strict
+
+    entries = read_predictions(dataset)
+    rows_of = _range_rows(dataset.test_range, len(entries), str(dataset.predictions))
+    accuracy = read_accuracy(dataset)
+    subject_zh = next((i.subject_zh for group in by_hash.values() for i in group
+                       if i.subject == dataset.subject), "")
+    context = context_name(dataset, subject_zh)
+    records: list[dict] = []
+    summary = DatasetImport(dataset.abbr, dataset.mode, len(entries), accuracy, 0.0, [])
+    n_correct = 0
+    counts: list[list[int]] = []
+    seen: set[str] = set()
+    for index, (entry, row) in enumerate(zip(entries, rows_of)):
+        where = f"{dataset.predictions.name} index {index}"
+        if dataset.mode == "ppl":
+            prompts = [(entry.get(f"label: {lab}") or {}).get("prompt") for lab in LABELS]
+            if not all(isinstance(p, str) for p in prompts):
+                raise HarnessImportError(f"{where}: a label has no rendered 'prompt'")
+            prompt = prompts[0]
+        else:
+            prompt = entry.get("origin_prompt")
+            if not isinstance(prompt, str):
+                raise HarnessImportError(f"{where}: no 'origin_prompt'")
+        item = match_item(prompt, dataset, row, by_hash, where)
+        if item.uid in seen:
+            raise HarnessImportError(f"{where}: item {item.uid} is matched by two predictions")
+        seen.add(item.uid)
+        gold = _gold(entry, item, where)
+        base = {"model": model, "uid": item.uid, "qhash": item.qhash, "benchmark": item.benchmark,
+                "subject": item.subject, "label_set": "L1_halfwidth", "context": context,
+                "shots": dataset.shots, "order": "original", "gold": gold}
+        if dataset.mode == "ppl":
+            ppl = np.array(_ppl_values(entry, where))
+            scores = -ppl
+            pred, tied = _decide(scores)  # the first minimum PPL, as OpenCompass's list.index(min)
+            if entry["prediction"] != LABELS[pred]:
+                raise HarnessImportError(f"{where}: OpenCompass predicted {str(entry['prediction'])[:4]!r} but "
+                                         f"its own PPLs give {LABELS[pred]}")
+            first_ids = n_tokens = None
+            if tokenizer is not None:
+                ids = [encode_ids(tokenizer, p) for p in prompts]  # add_special_tokens, as get_ppl
+                counts.append([len(i) for i in ids])
+                common = len(_common_prefix(ids))
+                tails = [i[common:] for i in ids]
+                first_ids = [t[0] if t else -1 for t in tails]
+                n_tokens = [len(t) for t in tails]
+                whole = -ppl * np.array([len(i) for i in ids])  # log-likelihood of each whole prompt
+                summary.n_differs_from_seq = (summary.n_differs_from_seq or 0) + (int(np.argmax(whole)) != pred)
+            summary.n_tied += tied
+            records.append({**base, "scorer": PPL_SCORER, "pred": pred, "correct": pred == gold,
+                            "parse_failed": False, "tied": tied,
+                            "tie_groups": _tie_text(_groups(first_ids)) if first_ids else "",
+                            "scores": scores.tolist(), "probs": _softmax(scores).tolist(),
+                            "first_token_ids": first_ids, "n_tokens": n_tokens, "generation": None})
+            n_correct += pred == gold
+        else:
+            text = entry["prediction"]
+            if not isinstance(text, str):
+                raise HarnessImportError(f"{where}: the prediction is not a generation (text)")
+            letter = first_capital(text)
+            oc_pred = LABELS.index(letter) if letter in LABELS else -1
+            n_correct += oc_pred == gold
+            options = list(item.options)
+            for scorer, pred in ((GEN_SCORER, oc_pred),
+                                 ("M6-strict", _or(extract_strict(text, LABELS))),
+                                 ("M6-lenient", _or(extract_lenient(text, LABELS, options)))):
+                failed = pred == -1
+                if failed:
+                    summary.n_parse_failed[scorer] = summary.n_parse_failed.get(scorer, 0) + 1
+                onehot = [1.0 if i == pred else 0.0 for i in range(len(LABELS))]  # all 0: a parse failure
+                records.append({**base, "scorer": scorer, "pred": pred, "correct": pred == gold,
+                                "parse_failed": failed, "tied": False, "tie_groups": "",
+                                "scores": [float("nan")] * len(LABELS), "probs": onehot, "first_token_ids": None,
+                                "n_tokens": None, "generation": text})
+    summary.reproduced = 100.0 * n_correct / len(entries)
+    if abs(summary.reproduced - accuracy) > 1e-9:
+        raise HarnessImportError(
+            f"{dataset.results}: OpenCompass reports accuracy {accuracy:g} but its own predictions give "
+            f"{summary.reproduced:g} ({n_correct}/{len(entries)}); the results are not of these predictions"
+        )
+    summary.scorers = [PPL_SCORER] if dataset.mode == "ppl" else [GEN_SCORER, "M6-strict", "M6-lenient"]
+    summary.token_counts = counts or None
+    summary.context = context
+    return records, summary
+
+
+@dataclass
+class Imported:
+    """An import before it is written: the records and what the manifest keeps."""
+
+    model: str
+    rows: list[dict]
+    datasets: list[DatasetImport]
+    metadata: dict[str, Any]
+
+
+def _or(value: int | None) -> int:
+    return -1 if value is None else int(value)
+
+
+def _common_prefix(seqs: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    out = []
+    for column in zip(*seqs):
+        if len(set(column)) != 1:
+            break
+        out.append(column[0])
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
+# A run config over chosen rows (to run OpenCompass on exactly the items cube scores)
+# --------------------------------------------------------------------------------------------
+
+# OpenCompass's own CMMLU configs of the two modes (opencompass/configs/datasets/cmmlu, 0.5.4):
+# 5-shot (FixKRetriever over the dev split), "答案是: X" after the options.
+CMMLU_CONFIGS = {"ppl": "cmmlu_ppl_8b9c76", "gen": "cmmlu_gen_c13365"}
+
+
+def run_config(mode: str, cmmlu_dir: str | Path, model_dir: str | Path, rows: Mapping[str, int],
+               model: str, max_out_len: int = 16, batch_size: int = 1) -> str:
+    """An OpenCompass config (Python) of OpenCompass's own CMMLU ``mode`` config, its test rows
+    narrowed to ``rows`` (subject -> row) with ``test_range``, and the HuggingFace base model class
+    on a local folder (fp32, CPU, trust_remote_code off). It holds no benchmark text."""
+    if mode not in CMMLU_CONFIGS:
+        raise HarnessImportError(f"mode {mode!r}: give one of {', '.join(CMMLU_CONFIGS)}")
+    _check_abbr("model", model, Path("run_config"))
+    return f'''# OpenCompass config written by cube.records.opencompass_import.run_config: OpenCompass's own
+# CMMLU {mode} config ({CMMLU_CONFIGS[mode]}), test rows narrowed to {len(rows)} item(s).
+from mmengine.config import read_base
+from opencompass.models import HuggingFaceBaseModel
+
+with read_base():
+    from opencompass.configs.datasets.cmmlu.{CMMLU_CONFIGS[mode]} import cmmlu_datasets
+
+CMMLU = {str(cmmlu_dir)!r}
+MODEL = {str(model_dir)!r}
+ROWS = {dict(sorted(rows.items()))!r}
+
+datasets = [
+    dict(d, path=CMMLU, reader_cfg=dict(d['reader_cfg'], test_range=f"[{{ROWS[d['name']]}}:{{ROWS[d['name']] + 1}}]"))
+    for d in cmmlu_datasets if d['name'] in ROWS
+]
+models = [dict(
+    type=HuggingFaceBaseModel, abbr={model!r}, path=MODEL,
+    model_kwargs=dict(torch_dtype='torch.float32', device_map='cpu', trust_remote_code=False),
+    tokenizer_kwargs=dict(trust_remote_code=False),
+    max_out_len={int(max_out_len)}, batch_size={int(batch_size)}, run_cfg=dict(num_gpus=0),
+)]
+'''
+
+
+# --------------------------------------------------------------------------------------------
+# The audit of the protocol on the run's tokenizer
+# --------------------------------------------------------------------------------------------
+
+# OpenCompass's CMMLU/C-Eval answer context, both modes: "答案是: " then the label.
+OC_CUE, OC_LABEL_PREFIX = "答案是:", " "
+
+
+def audit_labels(tokenizer: Any, family: str) -> dict[str, Any]:
+    """cube's cell audit of OpenCompass's answer context (labels A-D after ``答案是:`` + space)."""
+    from cube.protocol.label_sets import load_label_sets
+    from cube.tokenizers.audit import Context, audit_cell, cells_to_json
+
+    label_set = load_label_sets()["L1_halfwidth"]
+    cell = audit_cell(tokenizer, family, label_set, Context("oc-answer", OC_CUE, OC_LABEL_PREFIX,
+                                                            "OpenCompass CMMLU/C-Eval: 答案是: X"))
+    return {"cell": cells_to_json([cell])[0], "degenerate": cell.degenerate}
+
+
+def ppl_audit(summary: DatasetImport, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What PPL mode scored, on the real prompts: tokens per label prompt and per label."""
+    counts = summary.token_counts or []
+    equal = all(len(set(c)) == 1 for c in counts)
+    label_tokens = sorted({tuple(r["n_tokens"] or ()) for r in records if r["scorer"] == PPL_SCORER})
+    return {
+        "normalised_over": "the whole prompt (in-context examples, question, options, label): "
+                           "sum of the cross-entropy of tokens 2..n divided by n",
+        "equal_token_counts": equal,
+        "label_token_counts": [list(t) for t in label_tokens],
+        "n_decision_differs_from_summed_loglik": summary.n_differs_from_seq,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# The whole import
+# --------------------------------------------------------------------------------------------
+
+
+def _model_path(run: OpenCompassRun) -> str:
+    return str(run.model_config.get("tokenizer_path") or run.model_config.get("path") or "")
+
+
+def import_runs(runs: Sequence[OpenCompassRun], items: Sequence[Item], model: str | None = None,
+                tokenizer: Any | None = None, family: str | None = None,
+                tokenizer_source: str | None = None) -> Imported:
+    """Records and report of every dataset of ``runs`` (one model), nothing written yet."""
+    names = {run.model for run in runs}
+    if len(names) != 1:
+        raise HarnessImportError(f"the folder holds runs of {len(names)} models ({', '.join(sorted(names))}); "
+                                 "import each model's runs on their own")
+    name = _check_abbr("model", model, Path("--model")) if model else names.pop()
+    by_hash: dict[str, list[Item]] = {}
+    for item in items:
+        by_hash.setdefault(item.qhash, []).append(item)
+    rows: list[dict] = []
+    summaries: list[DatasetImport] = []
+    datasets: dict[str, Any] = {}
+    logged: dict[str, Any] = {}
+    for run in runs:
+        files = {"config": {run.config_path.name: sha256_file(run.config_path)}, "predictions": {}, "results": {}}
+        for dataset in run.datasets:
+            key = f"{dataset.abbr}@{dataset.mode}"
+            if key in datasets:
+                raise HarnessImportError(f"dataset {dataset.abbr} ({dataset.mode}) appears in two runs; "
+                                         "import one run of it at a time")
+            records, summary = import_dataset(dataset, by_hash, name, tokenizer)
+            rows += records
+            summaries.append(summary)
+            files["predictions"][dataset.abbr] = sha256_file(dataset.predictions)
+            files["results"][dataset.abbr] = sha256_file(dataset.results)
+            entry = {"run": run.folder.name, "mode": dataset.mode, "benchmark": dataset.benchmark,
+                     "subject": dataset.subject, "split": dataset.split, "test_range": dataset.test_range,
+                     "shots": dataset.shots, "postprocessor": dataset.postprocessor, "n": summary.n,
+                     "accuracy": summary.accuracy, "reproduced_accuracy": summary.reproduced,
+                     "scorers": summary.scorers, "context": summary.context, "n_tied": summary.n_tied,
+                     "n_parse_failed": summary.n_parse_failed, "config": dataset.config}
+            if dataset.mode == "ppl" and tokenizer is not None:
+                entry["audit"] = ppl_audit(summary, records)
+            datasets[key] = entry
+        logged[run.folder.name] = {"model": run.model_config, "files": files,
+                                   "config_file": run.config_path.name}
+    audit = audit_labels(tokenizer, family or name) if tokenizer is not None else None
+    metadata: dict[str, Any] = {
+        "source": "opencompass",
+        "opencompass": {"runs": logged, "datasets": datasets, "tokenizer": tokenizer_source, "audit": audit,
+                        "tokenizer_path": _model_path(runs[0])},
+    }
+    if family:
+        metadata["families"] = {name: family}
+    return Imported(name, rows, summaries, metadata)
+
+
+def accuracy_by_dataset(rows: Sequence[Mapping[str, Any]], metadata: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+    """(OpenCompass's reported accuracy, the accuracy of the imported records) per dataset, from a
+    store alone: the records of a dataset are those of its subject, mode's scorer and context."""
+    out = {}
+    for key, d in metadata["opencompass"]["datasets"].items():
+        scorer = PPL_SCORER if d["mode"] == "ppl" else GEN_SCORER
+        mine = [r for r in rows if r["subject"] == d["subject"] and r["scorer"] == scorer
+                and r["context"] == d["context"]]
+        if len(mine) != d["n"]:
+            raise HarnessImportError(f"{key}: {len(mine)} records for {d['n']} predictions")
+        out[key] = (float(d["accuracy"]), 100.0 * sum(bool(r["correct"]) for r in mine) / len(mine))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The report
+# --------------------------------------------------------------------------------------------
+
+
+def format_report(imported: Imported, out: Path | None = None) -> str:
+    """What a user holding the folder wants from "check my run", one finding per line."""
+    meta = imported.metadata["opencompass"]
+    written = f" -> {out}" if out is not None else ""
+    summaries = imported.datasets
+    lines = [f"imported {sum(s.n for s in summaries)} predictions of {len(summaries)} dataset(s), model "
+             f"{imported.model}: {len(imported.rows)} records{written}"]
+    for key, d in meta["datasets"].items():
+        lines.append(f"  {key}: {d['benchmark']} {d['subject']} {d['split']}{d['test_range']}, {d['shots']}-shot, "
+                     f"accuracy {d['accuracy']:g} (records: {d['reproduced_accuracy']:g}) -> scorers "
+                     f"{', '.join(d['scorers'])}, context {d['context']}")
+    lines.append("audit of the run:")
+    audit = meta.get("audit")
+    if audit is None:
+        lines.append("  not run (no tokenizer)")
+    else:
+        cell = audit["cell"]
+        tokens = [lt["tokens"] for lt in cell.get("labels", [])]
+        lines.append(f"  label cell ({OC_CUE!r} + {OC_LABEL_PREFIX!r} + A-D): {cell['verdict']}"
+                     + (f" ({cell['collision']})" if audit["degenerate"] else "") + f"; label tokens {tokens}")
+        lines.append("  degenerate cells: " + ("oc-answer" if audit["degenerate"] else "none"))
+    for key, d in meta["datasets"].items():
+        if d["mode"] == "ppl" and "audit" in d:
+            a = d["audit"]
+            lines.append(f"  {key}: PPL over the whole prompt (tokens 2..n summed, / n); label prompts "
+                         f"{'of equal' if a['equal_token_counts'] else 'of UNEQUAL'} length, label tokens "
+                         f"{a['label_token_counts']}; decisions differing from the summed label "
+                         f"log-likelihood: {a['n_decision_differs_from_summed_loglik']}")
+        if d["mode"] == "gen":
+            fails = d["n_parse_failed"]
+            lines.append(f"  {key}: first_capital_postprocess found no A-D in {fails.get(GEN_SCORER, 0)}/{d['n']}; "
+                         f"cube's M6-strict {fails.get('M6-strict', 0)}, M6-lenient {fails.get('M6-lenient', 0)}")
+        if d["n_tied"]:
+            lines.append(f"  exact ties: {key}: {d['n_tied']}/{d['n']} (OpenCompass took the first label)")
+    return "\n".join(lines)
+
+
+def report_json(imported: Imported, out: Path | None = None) -> dict[str, Any]:
+    meta = imported.metadata["opencompass"]
+    return {"model": imported.model, "out": str(out) if out else None, "records": len(imported.rows),
+            "datasets": {k: {x: v for x, v in d.items() if x != "config"} for k, d in meta["datasets"].items()},
+            "audit": meta.get("audit")}
+
+
+# --------------------------------------------------------------------------------------------
+# OpenCompass's CMMLU prompts, rendered by cube (to score byte-equal prompts with cube's backend)
+# --------------------------------------------------------------------------------------------
+
+
+def _cmmlu_question(item: Item) -> str:
+    a, b, c, d = item.options
+    return (f"以下是关于{item.subject_zh}的单项选择题，请直接给出正确答案的选项。\n题目：{item.question}\n"
+            f"A. {a}\nB. {b}\nC. {c}\nD. {d}")
+
+
+def cmmlu_prompt(item: Item, shots: Sequence[Item], label: str | None) -> str:
+    """OpenCompass 0.5.4's rendered CMMLU prompt, byte for byte, for its HuggingFace base model
+    (no meta template): ``label`` given, the PPL prompt of that label (cmmlu_ppl_8b9c76); None, the
+    gen prompt (cmmlu_gen_c13365). The in-context examples (``shots``, the dev items in file order)
+    end in three newlines each and two more stand before the question in PPL mode, one newline each
+    in gen mode (OpenCompass renders the two templates apart); tested on a real run."""
+    if label is None:
+        ice = "".join(f"{_cmmlu_question(s)}\n答案是: {LABELS[s.answer]}\n" for s in shots)
+        return f"{ice}{_cmmlu_question(item)}\n答案是: "
+    ice = "".join(f"{_cmmlu_question(s)}\n答案是: {LABELS[s.answer]}\n\n\n" for s in shots)
+    return f"{ice}\n\n{_cmmlu_question(item)}\n答案是: {label}"
