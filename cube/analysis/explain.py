@@ -102,6 +102,8 @@ class Explanation:
     # the largest |score A - score B| of one option on a common item, where both sides use one
     # scorer on byte-equal prompts (None otherwise): how far two harnesses' numbers are apart
     max_score_difference: float | None = None
+    common_a: Fraction = Fraction(0)  # each side's accuracy on the common items alone (micro)
+    common_b: Fraction = Fraction(0)
 
     def factor(self, name: str) -> Factor:
         return next(f for f in self.factors if f.name == name)
@@ -168,9 +170,10 @@ def compare_protocols(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) 
         "b": f"prefix {pb.label_prefix!r}, {pb.tokenization}" if pb.label_prefix is not None else None,
         "records": seen}
     scorer = _status(ca["scorer"], cb["scorer"])
-    if scorer == "differs" and (pa_.decides_as == cb["scorer"] or pb.decides_as == ca["scorer"]):
+    by_audit = scorer == "differs" and (pa_.decides_as == cb["scorer"] or pb.decides_as == ca["scorer"])
+    if by_audit:
         scorer = "same"  # e.g. OpenCompass's PPL, audited to decide every item as the summed log-likelihood
-    out["scorer_normalisation"] = {"status": scorer,
+    out["scorer_normalisation"] = {"status": scorer, "by_audit": by_audit,
                                    "a": f"{ca['scorer']}: {pa_.normalisation}{_decides(pa_)}",
                                    "b": f"{cb['scorer']}: {pb.normalisation}{_decides(pb)}"}
     return out
@@ -292,7 +295,9 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
         detail = ""
         if name in protocol:
             detail = f"A {protocol[name]['a']}; B {protocol[name]['b']}"
-            if status == "no difference" and protocol[name]["status"] != "same":
+            if status == "no difference" and protocol[name].get("by_audit"):
+                status = "same decisions, by its store's audit"
+            elif status == "no difference" and protocol[name]["status"] != "same":
                 status = (NOT_IDENTIFIABLE if notes.get(name) == NOT_IDENTIFIABLE
                           else "differs; changes no item's outcome")
         elif name == "sample":
@@ -330,7 +335,7 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
          "both_wrong": int((~ca & ~cb).sum())},
         test.p_value, {"delta": boot.delta, "lo": boot.lo, "hi": boot.hi, "B": B, "seed": seed},
         factors, protocol, prompt_diff(a.protocol, b.protocol), subjects,
-        _max_score_difference(a, b, rows_a, rows_b))
+        _max_score_difference(a, b, rows_a, rows_b), Fraction(int(ca.sum()), k), Fraction(int(cb.sum()), k))
 
 
 def _max_score_difference(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) -> float | None:
@@ -400,7 +405,8 @@ def explanation_json(e: Explanation) -> dict[str, Any]:
     return {
         "a": {"cell": e.cell_a, "aggregation": e.aggregation_a, "items": e.n_a, "score": _exact(e.score_a)},
         "b": {"cell": e.cell_b, "aggregation": e.aggregation_b, "items": e.n_b, "score": _exact(e.score_b)},
-        "items": {"both": e.n_common, "only_a": e.n_a - e.n_common, "only_b": e.n_b - e.n_common},
+        "items": {"both": e.n_common, "only_a": e.n_a - e.n_common, "only_b": e.n_b - e.n_common,
+                  "a_on_both": _exact(e.common_a), "b_on_both": _exact(e.common_b)},
         "gap": _exact(e.gap),
         "paired": {**e.table2x2, "mcnemar_p": e.mcnemar_p, "bootstrap_b_minus_a": e.bootstrap},
         "factors": [{"name": f.name, "share": _exact(f.share), "order_low": _exact(f.low),

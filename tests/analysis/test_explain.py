@@ -106,6 +106,7 @@ def test_sample_alone(tmp_path):
     assert_named_alone(e, "sample")
     assert e.gap == acc([*right.values(), *extra.values()]) - acc(right.values())
     assert (e.n_a, e.n_b, e.n_common) == (24, 36, 24)
+    assert e.common_a == e.common_b == acc(right.values())
 
 
 def test_aggregation_alone(tmp_path):
@@ -333,4 +334,5 @@ def test_opencompass_ppl_against_cube(tmp_path, differs):
         assert_named_alone(e, "remainder")
     else:
         assert "decides every item as M1-seq" in e.factor("scorer_normalisation").detail
+        assert e.factor("scorer_normalisation").status == "same decisions, by its store's audit"
         assert_named_alone(e, "prompt_bytes")

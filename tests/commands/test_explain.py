@@ -47,7 +47,9 @@ def test_json_and_table(run, store):
     code, out, err = run(f"{store}:scorer=M1-seq", f"{store}:scorer=M1-strict", "--json", "--bootstrap", "200")
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["gap"]["exact"] == "-3/10" and doc["items"] == {"both": 10, "only_a": 0, "only_b": 0}
+    assert doc["gap"]["exact"] == "-3/10"
+    assert doc["items"] == {"both": 10, "only_a": 0, "only_b": 0, "a_on_both": {"value": 0.8, "exact": "4/5"},
+                            "b_on_both": {"value": 0.5, "exact": "1/2"}}
     assert doc["paired"]["only_a"] == 3 and doc["paired"]["only_b"] == 0
     shares = {f["name"]: Fraction(f["share"]["exact"]) for f in doc["factors"]}
     assert shares["scorer_normalisation"] == Fraction(-3, 10) and sum(shares.values()) == Fraction(-3, 10)
