@@ -41,6 +41,7 @@ from cube.harness.backends.base import (
     token_batches,
 )
 from cube.harness.backends.kv_cache import preallocate
+from cube.harness.backends.packing import pack_rows, subtree_sizes
 from cube.harness.backends.prefix_tree import Segment, plan_tree, tree_tokens
 from cube.protocol.tokenization import Encoder, encode_ids
 
@@ -54,6 +55,27 @@ def eos_token_ids(model) -> frozenset[int]:
             continue
         ids.update([value] if isinstance(value, int) else value)
     return frozenset(ids)
+
+
+def packing_supported(model) -> bool:
+    """Packed rows need an attention that takes a boolean 4-D mask as it is: torch's SDPA (and
+    cube's copy-free variant of it) does; eager attention adds the mask to its scores instead."""
+    from cube.harness.backends.attention import IMPLEMENTATION
+
+    return getattr(model.config, "_attn_implementation", None) in ("sdpa", IMPLEMENTATION)
+
+
+def sliding_window(config) -> int | None:
+    """The window of a model with sliding-window layers (Gemma 3, Mistral), else None."""
+    window = getattr(config, "sliding_window", None)
+    if not window:
+        return None
+    kinds = getattr(config, "layer_types", None)
+    if kinds is not None and "sliding_attention" not in kinds:
+        return None
+    if getattr(config, "use_sliding_window", True) is False:
+        return None
+    return int(window)
 
 
 def _select_cache_rows(cache, rows):
@@ -80,7 +102,7 @@ class HFBackend(Backend):
     def __init__(
         self, model, tokenizer: Encoder, add_special_tokens: bool = True,
         eos_ids: frozenset[int] | None = None, max_batch_tokens: int = 2048, head_chunk: int = 256,
-        progress: bool = True, batch_cost: int = 64,
+        progress: bool = True, batch_cost: int = 64, pack_tokens: int = 512,
     ):
         import torch
 
@@ -103,6 +125,9 @@ class HFBackend(Backend):
         self.batch_cost = batch_cost  # a forward's overhead in tokens, against padding (token_batches)
         self.head_chunk = head_chunk
         self.progress = progress
+        # a subtree of at most this many tokens runs as one packed row (``packing``); 0: node by node
+        self.pack_tokens = pack_tokens if packing_supported(model) else 0
+        self.pack_window = sliding_window(model.config)
         self.pad_id = 0  # any valid id: padded positions are masked out and never scored
         self.counter = ForwardCounter()
         self._check_head_matches_model()
@@ -162,11 +187,12 @@ class HFBackend(Backend):
                 "score this model with the reference backend"
             )
 
-    def _run_body(self, ids, mask, positions, cache=None):
+    def _run_body(self, ids, mask, positions, cache=None, n_real: int | None = None):
         out = self.body(
             input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
         )
-        n_real = int(mask[:, -ids.shape[1]:].sum())
+        if n_real is None:
+            n_real = int(mask[:, -ids.shape[1]:].sum())
         self.counter.forward_tokens += n_real
         self.counter.padded_tokens += ids.numel()
         self.counter.forwards += 1
@@ -193,21 +219,41 @@ class HFBackend(Backend):
         root, where = plan_tree(plans)
         total = tree_tokens(root)
         count_plans(self.counter, plans, tree_minimum=total)
+        sizes, ends = subtree_sizes(root)
         with self.torch.inference_mode(), tqdm(
             total=total, desc="score", unit="tok", disable=not self.progress
         ) as bar:
-            self._run_tree(root.children, None, None, [], batch_size, bar)
+            self._run_tree(root.children, None, None, [None] * len(root.children), batch_size, bar,
+                           (sizes, ends))
             return self._read_scores(plans, where)
 
-    def _run_tree(self, nodes: list[Segment], parent_cache, parent_mask, parent_rows: list[int],
-                  batch_size: int, bar) -> None:
-        """Run ``nodes`` (batched by length, right-padded) on their parents' cache rows, keep the
-        hidden states at their scored positions, then run their children on the new cache.
+    def _packable(self, node: Segment, sizes) -> bool:
+        tokens, ends = sizes
+        if not self.pack_tokens or tokens[id(node)] > self.pack_tokens:
+            return False
+        # one mask serves every layer: exact only where no sliding window can cut a sequence
+        return self.pack_window is None or ends[id(node)] <= self.pack_window
+
+    def _run_tree(self, nodes: list[Segment], parent_cache, parent_mask, parent_rows: list,
+                  batch_size: int, bar, sizes) -> None:
+        """Run ``nodes`` on their parents' cache rows and keep the hidden states at their scored
+        positions: a node whose whole subtree is small runs with that subtree as one packed row
+        (``_run_packed``); any other runs alone (batched by length, right-padded), then its
+        children on the new cache.
 
         Depth first, batch by batch, so only the caches on the current path are alive. Right
         padding is never seen: a node's own tokens come before its pads, and its children's mask
         hides them.
         """
+        packed = [i for i, node in enumerate(nodes) if self._packable(node, sizes)]
+        if packed:
+            self._run_packed([nodes[i] for i in packed], parent_cache, parent_mask,
+                             [parent_rows[i] for i in packed], batch_size, bar, sizes[0])
+            if len(packed) == len(nodes):
+                return
+            chosen = set(packed)
+            rest = [i for i in range(len(nodes)) if i not in chosen]
+            nodes, parent_rows = [nodes[i] for i in rest], [parent_rows[i] for i in rest]
         torch = self.torch
         order = sorted(range(len(nodes)), key=lambda i: len(nodes[i]), reverse=True)
         lengths = [len(nodes[i]) for i in order]
@@ -234,7 +280,36 @@ class HFBackend(Backend):
             bar.update(sum(len(nodes[i]) for i in chunk))
             children = [(child, r) for r, i in enumerate(chunk) for child in nodes[i].children]
             if children:
-                self._run_tree([c for c, _ in children], cache, mask, [r for _, r in children], batch_size, bar)
+                self._run_tree([c for c, _ in children], cache, mask, [r for _, r in children], batch_size,
+                               bar, sizes)
+
+    def _run_packed(self, units: list[Segment], parent_cache, parent_mask, parent_rows: list,
+                    batch_size: int, bar, tokens: dict[int, int]) -> None:
+        """Whole subtrees, packed into rows (``packing.pack_rows``) and run in a few large forwards
+        under a tree mask; nothing below them runs again, so their own cache is dropped."""
+        torch = self.torch
+        rows = pack_rows(units, parent_rows, tokens, self.pack_tokens)
+        order = sorted(range(len(rows)), key=lambda r: rows[r].length, reverse=True)
+        lengths = [rows[r].length for r in order]
+        for chunk in token_batches(order, lengths, batch_size, self.max_batch_tokens, self.batch_cost):
+            width = max(rows[r].length for r in chunk)
+            ids = torch.from_numpy(np.stack([rows[r].tokens(width, self.pad_id) for r in chunk]))
+            positions = torch.from_numpy(np.stack([rows[r].positions(width) for r in chunk]))
+            mask = torch.from_numpy(np.stack([rows[r].mask(width) for r in chunk])).to(self.device)
+            cache = None
+            if parent_cache is not None:
+                index = torch.tensor([rows[r].parent_row for r in chunk], device=self.device)
+                seen = parent_mask[index].bool()  # the parent's own right padding stays hidden
+                mask = torch.cat([seen.unsqueeze(1).expand(-1, width, -1), mask], dim=2)
+                cache = _select_cache_rows(parent_cache, index)
+            n_real = sum(rows[r].length for r in chunk)
+            hidden, _ = self._run_body(ids.to(self.device), mask.unsqueeze(1), positions.to(self.device), cache,
+                                       n_real=n_real)
+            for b, r in enumerate(chunk):
+                for node, offset in zip(rows[r].nodes, rows[r].offsets):
+                    if node.scored:
+                        node.hidden = hidden[b, [offset + p - node.start for p in node.scored]]
+            bar.update(n_real)
 
     def _read_scores(self, plans: list[RequestPlan], where) -> list[list[ContinuationLogprobs]]:
         """Each scored token's log-probability from the hidden state the tree kept for it."""
