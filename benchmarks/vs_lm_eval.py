@@ -289,10 +289,12 @@ class Run:
     padded_tokens: int  # the same, padding included (what the hardware computed)
     head_rows: int  # positions the output layer ran at
     out: Path
+    cpu_s: float = 0.0  # user + system CPU seconds of the whole process (spinning threads included)
+    condition: str = "quiet"  # or "contended": a fixed competitor ran beside it (``Competitor``)
 
 
-def run_process(argv: list[str], env: dict, log: Path) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one child process; its output goes to ``log``."""
+def run_process(argv: list[str], env: dict, log: Path) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS MiB, CPU seconds) of one child process; its output goes to ``log``."""
     t0 = time.perf_counter()
     with log.open("w") as sink:
         proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=REPO)
@@ -302,20 +304,20 @@ def run_process(argv: list[str], env: dict, log: Path) -> tuple[float, float]:
     if proc.returncode != 0:
         tail = log.read_text(errors="replace")[-3000:]
         raise RuntimeError(f"{argv[0]} exited {proc.returncode}; its log's end:\n{tail}")
-    return wall, usage.ru_maxrss / 1024  # Linux: KiB
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime  # Linux: KiB
 
 
 def run_cube(argv: list[str], mode: str, scratch: Path, env: dict, tool: str = "cube",
              python: Path | None = None) -> Run:
     out = Path(argv[argv.index("--out") + 1])
     exe = [str(python or sys.executable), "-m", "cube"]
-    wall, rss = run_process(exe + argv, env, scratch / f"{tool}-{mode}-{out.name}.log")
+    wall, rss, cpu = run_process(exe + argv, env, scratch / f"{tool}-{mode}-{out.name}.log")
     from cube.records.provenance import RUNLOG_NAME
 
     model = argv[argv.index("--model") + 1]
     log = json.loads((out / model / RUNLOG_NAME).read_text(encoding="utf-8").splitlines()[-1])
     return Run(tool, mode, wall, float(log["wall_s"]), rss, int(log["forward_tokens"]),
-               int(log.get("padded_tokens", log["forward_tokens"])), int(log.get("head_rows", 0)), out)
+               int(log.get("padded_tokens", log["forward_tokens"])), int(log.get("head_rows", 0)), out, cpu)
 
 
 def run_lm_eval(python: Path, model_dir: Path, tasks: list[str], folder: Path, out: Path, mode: str,
@@ -326,12 +328,12 @@ def run_lm_eval(python: Path, model_dir: Path, tasks: list[str], folder: Path, o
     argv = [str(python), str(driver), "--model", "hf", "--model_args", f"pretrained={model_dir},dtype=float32",
             "--tasks", ",".join(tasks), "--include_path", str(folder), "--log_samples", "--output_path",
             str(out), "--device", "cpu", "--batch_size", str(batch_size)]
-    wall, rss = run_process(argv, {**env, **OFFLINE, "CUBE_BENCH_COUNTS": str(counts)},
-                            scratch / f"lm-eval-{mode}-{out.name}.log")
+    wall, rss, cpu = run_process(argv, {**env, **OFFLINE, "CUBE_BENCH_COUNTS": str(counts)},
+                                 scratch / f"lm-eval-{mode}-{out.name}.log")
     c = json.loads(counts.read_text())
     score = c["total_s"] - c["import_s"] - c["load_s"]
     # lm-eval's model computes logits at every position it runs, padding included.
-    return Run("lm-eval", mode, wall, score, rss, c["real"], c["padded"], c["padded"], out)
+    return Run("lm-eval", mode, wall, score, rss, c["real"], c["padded"], c["padded"], out, cpu)
 
 
 def config_without_prefix_cache(folder: Path) -> Path:
@@ -414,6 +416,50 @@ def matmul_peak(threads: int, dtype: str = "float32", size: int = 2048, seconds:
         torch.set_num_threads(before)
 
 
+# Run by .venv's python: the fixed competitor, fp32 matmuls on N threads until SIGTERM, then the
+# matmuls it finished per second (so the report shows it kept running, and how hard).
+COMPETITOR = r'''
+import signal, sys, time, torch
+torch.set_num_threads(int(sys.argv[1]))
+a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+done, t0 = 0, time.perf_counter()
+def stop(*_):
+    with open(sys.argv[2], "w") as f:
+        f.write(f"{done / (time.perf_counter() - t0):.3f}")
+    raise SystemExit(0)
+signal.signal(signal.SIGTERM, stop)
+while True:
+    a @ b
+    done += 1
+'''
+
+
+class Competitor:
+    """Another job on the same cores for the whole of one run: a separate process doing 1024^2 fp32
+    matmuls on ``threads`` threads (the load a shared machine's neighbour puts on it, the same for
+    every run it sits beside). ``rates`` holds its matmuls/s beside each run."""
+
+    def __init__(self, threads: int, scratch: Path, env: dict) -> None:
+        self.threads, self.scratch, self.env = threads, scratch, env
+        self.rates: list[float] = []
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> Competitor:
+        self.out = self.scratch / f"competitor-{len(self.rates)}.txt"
+        script = self.scratch / "competitor.py"
+        script.write_text(COMPETITOR, encoding="utf-8")
+        env = {**self.env, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
+        self.proc = subprocess.Popen([sys.executable, str(script), str(self.threads), str(self.out)], env=env)
+        time.sleep(2.0)  # past its imports: loaded before the measured run starts
+        return self
+
+    def __exit__(self, *exc) -> None:
+        assert self.proc is not None
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+        self.rates.append(float(self.out.read_text()) if self.out.exists() else float("nan"))
+
+
 def executed_flops(run: Run, body: int, head: int) -> float:
     """2 x parameters x tokens for every matmul run (padding included, attention scores not)."""
     return 2.0 * body * run.padded_tokens + 2.0 * head * run.head_rows
@@ -426,35 +472,51 @@ def report(model: str, n_items: int, runs: list[Run], works: dict, agree: dict, 
     body, _, head = params
     print(f"\n== {model}: {n_items} CMMLU test items, fp32; decoder {body / 1e6:.0f}M + output layer "
           f"{head / 1e6:.0f}M parameters; matmul peak {peak / 1e9:.0f} GFLOP/s ==")
-    header = (f"{'workload':<8} {'tool':<12} {'items/s':>8} {'(process)':>9} {'ratio':>6} {'fwd tokens':>10} "
-              f"{'/min':>6} {'/tree':>6} {'pad/real':>8} {'RSS MiB':>8} {'GFLOP/s':>8} {'%peak':>6}")
+    header = (f"{'workload':<8} {'condition':<9} {'tool':<12} {'items/s':>8} {'(process)':>9} {'ratio':>6} "
+              f"{'wall s':>7} {'CPU-s':>7} {'tok/CPU-s':>9} {'fwd tokens':>10} {'/min':>6} {'/tree':>6} "
+              f"{'pad/real':>8} {'RSS MiB':>8} {'GFLOP/s':>8} {'%peak':>6}")
     print(header)
     for mode, work in works.items():
-        by_tool: dict[str, list[Run]] = {}
+        by_condition: dict[str, dict[str, list[Run]]] = {}
         for r in runs:
             if r.mode == mode:
-                by_tool.setdefault(r.tool, []).append(r)
-        cube_best = min(r.score_s for r in by_tool["cube"])
-        for tool, rs in by_tool.items():
-            best = min(rs, key=lambda r: r.score_s)
-            wall = min(r.wall_s for r in rs)
-            ratio = best.score_s / cube_best
-            flops = executed_flops(best, body, head) / best.score_s
-            print(f"{mode:<8} {tool:<12} {n_items / best.score_s:8.2f} {n_items / wall:9.2f} {ratio:5.2f}x "
-                  f"{best.forward_tokens:10d} {best.forward_tokens / work.minimum_tokens:6.2f} "
-                  f"{best.forward_tokens / work.prefix_tree_all:6.2f} "
-                  f"{best.padded_tokens / best.forward_tokens:8.3f} {max(r.peak_rss_mib for r in rs):8.0f} "
-                  f"{flops / 1e9:8.1f} {flops / peak:6.1%}")
-        if "lm-eval" in by_tool:
-            pairs = [f"{lm.score_s / cu.score_s:.2f}" for cu, lm in zip(by_tool["cube"], by_tool["lm-eval"])]
-            print(f"{'':<8} lm-eval/cube time, each pair: {', '.join(pairs)}")
+                by_condition.setdefault(r.condition, {}).setdefault(r.tool, []).append(r)
+        for condition, by_tool in by_condition.items():
+            cube_best = min(r.score_s for r in by_tool["cube"])
+            for tool, rs in by_tool.items():
+                best = min(rs, key=lambda r: r.score_s)
+                fastest = min(rs, key=lambda r: r.wall_s)
+                ratio = best.score_s / cube_best
+                flops = executed_flops(best, body, head) / best.score_s
+                print(f"{mode:<8} {condition:<9} {tool:<12} {n_items / best.score_s:8.2f} "
+                      f"{n_items / fastest.wall_s:9.2f} {ratio:5.2f}x {fastest.wall_s:7.1f} {fastest.cpu_s:7.1f} "
+                      f"{fastest.forward_tokens / fastest.cpu_s:9.1f} {best.forward_tokens:10d} "
+                      f"{best.forward_tokens / work.minimum_tokens:6.2f} "
+                      f"{best.forward_tokens / work.prefix_tree_all:6.2f} "
+                      f"{best.padded_tokens / best.forward_tokens:8.3f} {max(r.peak_rss_mib for r in rs):8.0f} "
+                      f"{flops / 1e9:8.1f} {flops / peak:6.1%}")
+            if "lm-eval" in by_tool:
+                pairs = zip(by_tool["cube"], by_tool["lm-eval"])
+                each = [f"{lm.wall_s / cu.wall_s:.2f} ({lm.score_s / cu.score_s:.2f})" for cu, lm in pairs]
+                print(f"{'':<8} {condition:<9} lm-eval/cube wall (scoring), each pair: {', '.join(each)}")
+        if {"quiet", "contended"} <= set(by_condition):
+            for tool in by_condition["quiet"]:
+                quiet, busy = by_condition["quiet"].get(tool, []), by_condition["contended"].get(tool, [])
+                if quiet and busy:
+                    slow = np.median([r.wall_s for r in busy]) / np.median([r.wall_s for r in quiet])
+                    per_token = (np.median([r.cpu_s / r.forward_tokens for r in busy])
+                                 / np.median([r.cpu_s / r.forward_tokens for r in quiet]))
+                    busy_cores = np.median([r.cpu_s / r.wall_s for r in busy])
+                    print(f"{'':<8} {tool}: contended/quiet wall {slow:.2f}x, CPU-s per forward token "
+                          f"{per_token:.2f}x, busy cores when contended {busy_cores:.2f} (medians over pairs)")
         worst, same, n, mismatches = agree[mode]
         print(f"{'':<8} minimum: per request {work.minimum_tokens}, prefix tree per item "
               f"{work.prefix_tree_per_item}, over all items {work.prefix_tree_all}; log-likelihood "
               f"agreement over {n} options: max |d| {worst:.1e} (fp32 target <= 1e-3), argmax {same:.0%}; "
               f"prompts byte-equal: {'yes' if not mismatches else 'NO: ' + ', '.join(mismatches[:3])}")
     print("items/s: scoring alone (cube: the run log's wall_s; lm-eval: its process less imports and model "
-          "load), best of the pairs; (process): the whole process, best; ratio: time / cube's; /min: forward "
+          "load), best of the pairs; (process): the whole process, best; ratio: time / cube's; wall s, CPU-s "
+          "(user + system, spinning included), tok/CPU-s: the fastest whole process; /min: forward "
           "tokens over the per-request minimum, /tree: over the prefix-tree minimum of the whole run (every "
           "cell and item sharing: cube's runner shares within each 50-item shard); GFLOP/s: "
           "2 x parameters x tokens of every matmul run (padding included, attention scores not) over the "
@@ -477,7 +539,16 @@ def main() -> int:
                         help=f"also cube's vLLM backend, with its prefix cache and without (default: when "
                              f"{VLLM_VENV} is installed)")
     parser.add_argument("--data", help="the CMMLU folder (default: cube's own lookup)")
+    parser.add_argument("--conditions", default="quiet",
+                        help="quiet, contended or both (quiet,contended): contended runs each process beside a "
+                             "fixed competitor (--competitor-threads of fp32 matmuls in another process)")
+    parser.add_argument("--competitor-threads", type=int, default=2)
     args = parser.parse_args()
+    conditions = [c for c in args.conditions.split(",") if c]
+    if not conditions or any(c not in ("quiet", "contended") for c in conditions):
+        parser.error(f"--conditions takes quiet and/or contended, got {args.conditions!r}")
+    if args.competitor_threads < 1:
+        parser.error(f"--competitor-threads must be at least 1, got {args.competitor_threads}")
 
     from cube.harness.models import ensure_model, model_source, model_tokenizer
 
@@ -502,6 +573,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="cube-vs-lm-eval-") as tmp:
         scratch = Path(tmp)
         no_cache_env = {**env, "CUBE_CONFIG_DIR": str(config_without_prefix_cache(scratch / "config-nocache"))}
+        competitor = Competitor(args.competitor_threads, scratch, env)
         for model in models:
             model_dir = ensure_model(model)
             tokenizer = model_tokenizer(model_source(model))
@@ -516,23 +588,40 @@ def main() -> int:
                 problems = prompt_mismatches(work, items, lm_eval_requests(python, folder, tasks))
                 if problems:
                     raise SystemExit(f"lm-eval's prompts are not cube's: {', '.join(problems[:5])}")
-                for k in range(args.pairs):
-                    print(f"{model} {mode}: pair {k + 1}/{args.pairs}", file=sys.stderr, flush=True)
-                    out = scratch / f"cube-{model}-{mode}-{k}"
-                    runs.append(run_cube(cube_argv(model, args.items, args.seed, mode, out, args.data), mode,
-                                         scratch, env))
-                    lm_out = scratch / f"lmeval-{model}-{mode}-{k}"
-                    runs.append(run_lm_eval(python, model_dir, tasks, folder, lm_out, mode, scratch, env,
-                                            args.lm_eval_batch_size))
+                for k, condition in ((k, c) for k in range(args.pairs) for c in conditions):
+                    print(f"{model} {mode}: pair {k + 1}/{args.pairs}, {condition}", file=sys.stderr, flush=True)
+                    tag = f"{mode}-{k}-{condition}"
+
+                    def beside(run: Run) -> None:  # one run, under this pair's condition
+                        run.condition = condition
+                        runs.append(run)
+
+                    def measured(start):  # the competitor runs for the whole of each contended run
+                        if condition == "quiet":
+                            return start()
+                        with competitor:
+                            return start()
+
+                    out = scratch / f"cube-{model}-{tag}"
+                    beside(measured(lambda: run_cube(cube_argv(model, args.items, args.seed, mode, out, args.data),
+                                                     mode, scratch, env)))
+                    lm_out = scratch / f"lmeval-{model}-{tag}"
+                    beside(measured(lambda: run_lm_eval(python, model_dir, tasks, folder, lm_out, mode, scratch,
+                                                        env, args.lm_eval_batch_size)))
                     if args.vllm:
                         for tool, tool_env in (("vllm", env), ("vllm-nocache", no_cache_env)):
-                            vout = scratch / f"{tool}-{model}-{mode}-{k}"
+                            vout = scratch / f"{tool}-{model}-{tag}"
                             argv = cube_argv(model, args.items, args.seed, mode, vout, args.data, "vllm")
-                            runs.append(run_cube(argv, mode, scratch, tool_env, tool, VLLM_VENV / "bin" / "python"))
+                            beside(measured(lambda: run_cube(argv, mode, scratch, tool_env, tool,
+                                                             VLLM_VENV / "bin" / "python")))
                 first_cube = next(r for r in runs if r.mode == mode and r.tool == "cube")
                 first_lm = next(r for r in runs if r.mode == mode and r.tool == "lm-eval")
                 agree[mode] = agreement(first_cube.out, first_lm.out, items, work)
             report(model, args.items, runs, works, agree, parameter_counts(model_dir), peak)
+        if competitor.rates:
+            rates = ", ".join(f"{r:.1f}" for r in competitor.rates)
+            print(f"\ncompetitor: {args.competitor_threads}-thread fp32 1024^2 matmuls, matmuls/s beside each "
+                  f"contended run: {rates}")
     print(f"\nmeasured {time.strftime('%Y-%m-%d %H:%M')}; peak RSS per process (ru_maxrss of the child); "
           f"python {platform.python_version()}; load average {os.getloadavg()[0]:.1f}")
     return 0

@@ -59,3 +59,36 @@ def test_lm_eval_tasks_render_cube_requests_byte_for_byte(bench, tmp_path, bench
 
     # The minima: the prefix tree shares what one request cannot (header, question across cells).
     assert 0 < work.prefix_tree_all <= work.prefix_tree_per_item < work.minimum_tokens
+
+
+def test_competitor_runs_beside_a_run_and_reports_its_rate(bench, tmp_path):
+    """The contended condition's competitor is really running while the measured run runs, and
+    stops after it: its matmul rate is reported, and its process is gone."""
+    import os
+    import time
+
+    competitor = bench.Competitor(1, tmp_path, dict(os.environ))
+    with competitor:
+        time.sleep(1.0)
+        assert competitor.proc.poll() is None
+    assert competitor.proc.poll() is not None
+    assert len(competitor.rates) == 1 and competitor.rates[0] > 0
+
+
+def test_report_compares_contended_with_quiet_runs(bench, tmp_path, capsys):
+    """The contended/quiet ratios are those of the runs given: wall 2x, CPU-s per token 1.5x."""
+
+    def run(tool, condition, wall, cpu):
+        return bench.Run(tool, "letters", wall, wall / 2, 100.0, 1000, 1100, 40, tmp_path, cpu, condition)
+
+    runs = [run("cube", "quiet", 10, 18), run("lm-eval", "quiet", 20, 30),
+            run("cube", "contended", 20, 27), run("lm-eval", "contended", 30, 36)]
+
+    class Work:
+        minimum_tokens = prefix_tree_per_item = prefix_tree_all = 1000
+
+    bench.report("m", 10, runs, {"letters": Work()}, {"letters": (0.0, 1.0, 40, [])}, (1e6, 1e5, 1e5), 1e11)
+    out = capsys.readouterr().out
+    assert "cube: contended/quiet wall 2.00x, CPU-s per forward token 1.50x, busy cores when contended 1.35" in out
+    assert "lm-eval/cube wall (scoring), each pair: 2.00 (2.00)" in out
+    assert "lm-eval/cube wall (scoring), each pair: 1.50 (1.50)" in out
