@@ -288,13 +288,16 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
     factors = []
     for name in FACTORS:
         values = [s[name] for s in spread]
+        low, high = min(values), max(values)
         n_items = int((cause == name).sum())
-        status = "identified" if fixed[name] != 0 or n_items else "no difference"
+        status = "identified" if fixed[name] != 0 or low != 0 or high != 0 or n_items else "no difference"
         if name == "remainder" and status == "identified":
             status = "unattributed"  # the items no named factor can take, with the reason why
         detail = ""
         if name in protocol:
             detail = f"A {protocol[name]['a']}; B {protocol[name]['b']}"
+            if protocol[name].get("records", "unknown") != "unknown":
+                detail += f"; the label tokens in the records: {protocol[name]['records']}"
             if status == "no difference" and protocol[name].get("by_audit"):
                 status = "same decisions, by its store's audit"
             elif status == "no difference" and protocol[name]["status"] != "same":
@@ -302,14 +305,18 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
                           else "differs; changes no item's outcome")
         elif name == "sample":
             detail = f"{len(only_a)} items only in A, {len(only_b)} only in B"
+            if status == "no difference" and (len(only_a) or len(only_b)):
+                status = "differs; changes no score here"
         elif name == "aggregation":
             detail = f"A {a.aggregation}, B {b.aggregation}"
+            if status == "no difference" and a.aggregation != b.aggregation:
+                status = "differs; changes no score here"  # e.g. one item per subject
         elif name == "remainder" and n_items:
             detail = notes.get("remainder", "")
         elif name == "tie_break":
             detail = (f"audit: A {a.protocol.audit_verdict or 'not audited'}, "
                       f"B {b.protocol.audit_verdict or 'not audited'}")
-        factors.append(Factor(name, fixed[name], min(values), max(values), n_items, status, detail))
+        factors.append(Factor(name, fixed[name], low, high, n_items, status, detail))
     assert sum((f.share for f in factors), Fraction(0)) == gap  # the path telescopes
 
     test = mcnemar_exact(ca, cb)

@@ -336,3 +336,16 @@ def test_opencompass_ppl_against_cube(tmp_path, differs):
         assert "decides every item as M1-seq" in e.factor("scorer_normalisation").detail
         assert e.factor("scorer_normalisation").status == "same decisions, by its store's audit"
         assert_named_alone(e, "prompt_bytes")
+
+
+def test_an_aggregation_or_sample_that_changes_no_score_says_it_differs(tmp_path):
+    """One item per subject: micro and macro are equal; an extra item of the same accuracy."""
+    right = {f"cmmlu/{s}/test/0": i % 2 == 0 for i, s in enumerate(["agronomy", "anatomy", "arts", "astronomy"])}
+    path = store(tmp_path, "s", outcome_records(right, **TOKENS))
+    e = explained(f"{path}:agg=micro", f"{path}:agg=macro")
+    assert e.gap == 0 and e.factor("aggregation").status == "differs; changes no score here"
+    more = store(tmp_path, "m", outcome_records({**right, "cmmlu/arts/test/1": True, "cmmlu/arts/test/2": False},
+                                                **TOKENS))
+    e = explained(path, more)
+    assert e.gap == 0 and e.factor("sample").status == "differs; changes no score here"
+    assert "the label tokens in the records: same" in e.factor("label_tokenization").detail
