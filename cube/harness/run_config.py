@@ -64,7 +64,7 @@ class RunConfig:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        from cube.records.schema import ALL_SCORERS
+        from cube.protocol.scorers import run_scorers  # the scorer table itself: no pyarrow for a config
 
         for name in LIST_FIELDS:  # lists arrive as lists from JSON and argparse: stored as tuples
             value = getattr(self, name)
@@ -79,9 +79,10 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{flag(name)} {value} must be at least 1")
-        unknown = [s for s in self.scorers if s not in ALL_SCORERS]
+        known = run_scorers()
+        unknown = [s for s in self.scorers if s not in known]
         if unknown:
-            raise ConfigError(f"unknown scorer {unknown[0]!r}; known: {', '.join(ALL_SCORERS)}")
+            raise ConfigError(f"unknown scorer {unknown[0]!r}; known: {', '.join(known)}")
         k, n = self.shard
         if not (n >= 1 and 0 <= k < n):
             raise ConfigError(f"--shard {k}/{n}: need 0 <= K < N")

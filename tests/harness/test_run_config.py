@@ -90,3 +90,14 @@ def test_the_identity_includes_the_dtype_and_not_the_shard():
     assert spec.config_hash() != replace(spec, extra={"dtype": "bfloat16"}).config_hash()
     assert spec.config_hash() != replace(spec, batch_size=8).config_hash()  # the cell configs record it
     assert spec.config_hash() == replace(spec, shard=(1, 2)).config_hash()  # parallel shards: one run
+
+
+def test_a_config_is_built_and_checked_without_pyarrow():
+    """A notebook or the audit-only install builds a config: the scorer names come from the table."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from cube.harness.run_config import RunConfig; RunConfig(model='m', scorers=('M2', 'TF')); "
+            "print('pyarrow' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr
