@@ -17,6 +17,7 @@ import sys
 
 from cube import __version__
 from cube.errors import CubeError
+from cube.harness.threads import choose_wait_policy
 
 # Each module defines ``register(subparsers)``, which adds its parser and sets ``func``.
 COMMAND_MODULES = [
@@ -61,6 +62,7 @@ def _silence_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    choose_wait_policy()  # before anything loads torch: libgomp reads it once (cube.harness.threads)
     try:
         args = build_parser().parse_args(argv)  # a list option's ConfigError (cube.commands.options)
         status = int(args.func(args) or 0)

@@ -36,6 +36,7 @@ from cube.atomic import atomic_write_text, temp_files
 from cube.errors import ConfigError
 from cube.harness.backends.base import Backend, ContinuationLogprobs, ScoreRequest
 from cube.harness.run_config import RunConfig
+from cube.harness.threads import thread_log
 from cube.protocol.scorers import PASSES, SCORERS, ContinuationScores, ScoreResult, pass_scorers
 from cube.protocol.items import Item
 from cube.protocol.prompts import Cell, cloze_prompt, judgement_prompts, load_templates, render_prompt
@@ -535,7 +536,8 @@ def _run_locked(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | 
         "records_written": n_rows, "item_jobs": n_items, "wall_s": round(wall, 2),
         "items_per_s": round(n_items / wall, 3) if wall > 0 else None,
         "forward_tokens": backend.counter.forward_tokens, "padded_tokens": backend.counter.padded_tokens, "head_rows": backend.counter.head_rows,
-        "tree_minimum_tokens": backend.counter.tree_minimum_tokens, "versions": _versions(),
+        "tree_minimum_tokens": backend.counter.tree_minimum_tokens, "forwards": backend.counter.forwards,
+        "threads": thread_log(), "versions": _versions(),
         "scorers": list(spec.scorers), "cells": [c.key for c in spec.cells], "n_items": len(spec.items),
         "shard_size": spec.shard_size, "files": [f"{spec.model}/{j.filename}" for j in plan_jobs(spec)],
         **spec.extra,
