@@ -267,10 +267,22 @@ def question_of(prompt: str, where: str) -> str:
     return found[-1]
 
 
+def _question_by_block(prompt: str, pool: Sequence[Item]) -> str | None:
+    """The question of the pool's item whose ``question\nA. option`` block ends the prompt last (the
+    test item follows the in-context examples): for templates without CMMLU's 题目： (C-Eval's)."""
+    best, at = None, -1
+    for item in pool:
+        pos = prompt.rfind(f"{item.question}\nA. {item.options[0]}")
+        if pos > at:
+            best, at = item.question, pos
+    return best
+
+
 def match_item(prompt: str, dataset: DatasetRun, row: int, by_hash: Mapping[str, Sequence[Item]],
-               where: str) -> Item:
+               where: str, pool: Sequence[Item] = ()) -> Item:
     """The prediction's item: question hash, narrowed by subject and split, checked against the row."""
-    h = qhash(question_of(prompt, where))
+    question = _question_by_block(prompt, pool) if "题目：" not in prompt else None
+    h = qhash(question if question is not None else question_of(prompt, where))
     candidates = [c for c in by_hash.get(h, ()) if c.subject == dataset.subject and c.split == dataset.split]
     if not candidates:
         raise HarnessImportError(f"{where}: question hash {h} matches no {dataset.benchmark} {dataset.subject} "
@@ -352,6 +364,8 @@ def import_dataset(dataset: DatasetRun, by_hash: Mapping[str, Sequence[Item]], m
     subject_zh = next((i.subject_zh for group in by_hash.values() for i in group
                        if i.subject == dataset.subject), "")
     context = context_name(dataset, subject_zh)
+    pool = [i for group in by_hash.values() for i in group
+            if i.subject == dataset.subject and i.split == dataset.split]
     records: list[dict] = []
     summary = DatasetImport(dataset.abbr, dataset.mode, len(entries), accuracy, 0.0, [])
     n_correct = 0
@@ -368,7 +382,7 @@ def import_dataset(dataset: DatasetRun, by_hash: Mapping[str, Sequence[Item]], m
             prompt = entry.get("origin_prompt")
             if not isinstance(prompt, str):
                 raise HarnessImportError(f"{where}: no 'origin_prompt'")
-        item = match_item(prompt, dataset, row, by_hash, where)
+        item = match_item(prompt, dataset, row, by_hash, where, pool)
         if item.uid in seen:
             raise HarnessImportError(f"{where}: item {item.uid} is matched by two predictions")
         seen.add(item.uid)

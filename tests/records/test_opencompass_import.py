@@ -137,6 +137,19 @@ def test_a_gen_run_keeps_oc_extraction_beside_cubes(tmp_path, items):
     assert all(r["generation"] in texts for r in imported.rows)
 
 
+def test_a_template_without_the_cmmlu_question_marker_matches_by_the_question_block(tmp_path, items):
+    # C-Eval's OpenCompass templates have no 题目：; the item whose question and first option end the
+    # prompt last (after the in-context examples) is the one scored.
+    run = write_oc_run(tmp_path, items, UIDS[:1], "ppl", ppls=[[1.0, 2.0, 3.0, 4.0]])
+    path = next((run / "predictions").rglob("*.json"))
+    data = json.loads(path.read_text(encoding="utf-8"))
+    for label in LABELS:
+        data["0"][f"label: {label}"]["prompt"] = data["0"][f"label: {label}"]["prompt"].replace("题目：", "")
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    imported = import_runs([read_run(p) for p in find_runs(tmp_path)], items)
+    assert [r["uid"] for r in imported.rows] == UIDS[:1]
+
+
 def test_a_reported_accuracy_its_predictions_do_not_give_is_refused(tmp_path, items):
     write_oc_run(tmp_path, items, UIDS[:1], "ppl", ppls=[[1.0, 2.0, 3.0, 4.0]], accuracy=50.0)
     with pytest.raises(HarnessImportError, match="reports accuracy 50 but its own predictions give"):
