@@ -34,7 +34,7 @@ SCORER_NORMALISATION = {
     "M6-lenient": "generation, lenient extraction",
     "TF": "true/false judgement of each option",
     "OC-ppl": "PPL over each label's whole prompt (OpenCompass)",
-    "OC-gen": "generation, first capital letter (OpenCompass)",
+    "M6-oc": "generation, first capital letter (OpenCompass)",
 }
 CUBE_TOKENIZATION = {"in_context": "whole text, label past the common prefix",
                      "separate": "prompt and label tokenized apart"}
