@@ -429,7 +429,17 @@ def killed_build(tmp_path, bench, records, out, point: str, signal_name: str):
     items.write_bytes(pickle.dumps(bench.own + [bench.other]))
     return subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(items), str(records), str(out),
                            str(PREDICTION), point, signal_name],
-                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
+                          # under nohup SIGHUP arrives ignored, and an ignored signal stays ignored
+                          # across exec: the child starts with every catchable signal at its default
+                          preexec_fn=_default_signals)
+
+
+def _default_signals() -> None:
+    import signal
+
+    for name in ("SIGTERM", "SIGINT", "SIGHUP"):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
 
 
 def test_sigkill_between_the_renames_is_named_by_verify_and_a_rerun_cleans_it(bench, clean_generations, tmp_path):
