@@ -44,17 +44,20 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _tokenizer(args: argparse.Namespace, runs):
-    """(tokenizer, its source spec), or (None, None) with --no-audit; a failure names the spec."""
+def audit_tokenizer(args: argparse.Namespace, default_spec: str):
+    """(tokenizer, its source spec), or (None, None) with --no-audit; a failure names the spec.
+
+    ``--tokenizer`` overrides ``default_spec`` (what the run itself names); a family name of
+    config/models.yaml means that family's offline source. Every ``cube import`` audits this way.
+    """
     from cube.errors import CubeError, HarnessImportError
     from cube.models_config import models_config
-    from cube.records.lm_eval_import import tokenizer_spec
     from cube.tokenizers.sources import resolve_source
 
     if args.no_audit:
         return None, None
     families = models_config().families
-    spec = args.tokenizer or tokenizer_spec(runs[0])
+    spec = args.tokenizer or default_spec
     family = families.get(spec)  # a family name, else a source spec of its own
     source = family.offline.as_dict() if family is not None and family.offline else {"spec": spec}
     try:
@@ -66,9 +69,35 @@ def _tokenizer(args: argparse.Namespace, runs):
         ) from None
 
 
+def refuse_used_out(out: Path) -> None:
+    """An import writes a new store: an existing file or non-empty folder is refused first."""
+    from cube.errors import HarnessImportError
+
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise HarnessImportError(f"--out {out} exists and is not an empty folder; give a new one")
+
+
+def one_benchmark(benchmarks: set[str]) -> str:
+    from cube.errors import HarnessImportError
+
+    if len(benchmarks) != 1:
+        raise HarnessImportError(f"the run mixes benchmarks ({', '.join(sorted(benchmarks))}); "
+                                 "import one benchmark at a time")
+    return next(iter(benchmarks))
+
+
+def print_import(args: argparse.Namespace, imported, out, tokenizer, format_report, report_json) -> None:
+    """The import's report, as text or ``--json``; a run imported without the audit says so."""
+    if args.json:
+        print(json.dumps(report_json(imported, out), ensure_ascii=False, indent=1, default=str))
+    else:
+        print(format_report(imported, out))
+    if tokenizer is None:
+        print("audit not run (--no-audit)", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     from cube.analysis.confirm import model_families
-    from cube.errors import HarnessImportError
     from cube.protocol.items import default_benchmark_root, load_items
     from cube.records.lm_eval_import import (
         BENCHMARK_SPLITS,
@@ -80,29 +109,20 @@ def run(args: argparse.Namespace) -> int:
         model_name,
         read_run,
         report_json,
+        tokenizer_spec,
         write_store,
     )
 
-    if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
-        raise HarnessImportError(f"--out {args.out} exists and is not an empty folder; give a new one")
+    refuse_used_out(args.out)
     runs = [read_run(path) for path in find_results(args.output_dir)]
-    benchmarks = {benchmark_of(task, args.benchmark) for run_ in runs for task in run_.tasks}
-    if len(benchmarks) != 1:
-        raise HarnessImportError(f"the run mixes benchmarks ({', '.join(sorted(benchmarks))}); "
-                                 "import one benchmark at a time")
-    benchmark = benchmarks.pop()
+    benchmark = one_benchmark({benchmark_of(task, args.benchmark) for run_ in runs for task in run_.tasks})
     root = default_benchmark_root(benchmark, args.data)
     items = load_items(benchmark, root, splits=BENCHMARK_SPLITS[benchmark])
-    tokenizer, source = _tokenizer(args, runs)
+    tokenizer, source = audit_tokenizer(args, tokenizer_spec(runs[0])) if not args.no_audit else (None, None)
     model = model_name(runs[0], args.model)
     family = args.family or model_families().get(model)
     imported = import_runs(runs, items, args.model, tokenizer, family, source)
     check_metadata_clean(imported.metadata, items)
     out = write_store(args.out, imported)
-    if args.json:
-        print(json.dumps(report_json(imported, out), ensure_ascii=False, indent=1, default=str))
-    else:
-        print(format_report(imported, out))
-    if tokenizer is None:
-        print("audit not run (--no-audit)", file=sys.stderr)
+    print_import(args, imported, out, tokenizer, format_report, report_json)
     return 0

@@ -12,8 +12,6 @@ runs on the tokenizer the run's model config names (its ``tokenizer_path``, else
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 
 
@@ -46,29 +44,9 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _tokenizer(args: argparse.Namespace, spec: str):
-    """(tokenizer, its source spec), or (None, None) with --no-audit; a failure names the spec."""
-    from cube.config import load_config
-    from cube.errors import CubeError, HarnessImportError
-    from cube.tokenizers.sources import resolve_source
-
-    if args.no_audit:
-        return None, None
-    families = load_config("models")["families"]
-    spec = args.tokenizer or spec
-    source = families[spec]["offline"] if spec in families and families[spec].get("offline") else {"spec": spec}
-    try:
-        return resolve_source(source), source["spec"]
-    except CubeError as exc:
-        raise HarnessImportError(
-            f"cannot load the tokenizer {spec!r} for the audit ({exc}); give one with --tokenizer "
-            "SPEC or import with --no-audit"
-        ) from None
-
-
 def run(args: argparse.Namespace) -> int:
     from cube.analysis.confirm import model_families
-    from cube.errors import HarnessImportError
+    from cube.commands.import_lm_eval import audit_tokenizer, one_benchmark, print_import, refuse_used_out
     from cube.protocol.items import default_benchmark_root, load_items
     from cube.records.lm_eval_import import check_metadata_clean, write_store
     from cube.records.opencompass_import import (
@@ -80,27 +58,17 @@ def run(args: argparse.Namespace) -> int:
         report_json,
     )
 
-    if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
-        raise HarnessImportError(f"--out {args.out} exists and is not an empty folder; give a new one")
+    refuse_used_out(args.out)
     runs = [read_run(path) for path in find_runs(args.output_dir)]
-    benchmarks = {d.benchmark for run_ in runs for d in run_.datasets}
-    if len(benchmarks) != 1:
-        raise HarnessImportError(f"the run mixes benchmarks ({', '.join(sorted(benchmarks))}); "
-                                 "import one benchmark at a time")
-    benchmark = benchmarks.pop()
+    benchmark = one_benchmark({d.benchmark for run_ in runs for d in run_.datasets})
     model = args.model or runs[0].model
     root = default_benchmark_root(benchmark, args.data)
     items = load_items(benchmark, root, splits=BENCHMARK_SPLITS[benchmark])
     spec = str(runs[0].model_config.get("tokenizer_path") or runs[0].model_config.get("path") or "")
-    tokenizer, source = _tokenizer(args, spec)
+    tokenizer, source = audit_tokenizer(args, spec)
     family = args.family or model_families().get(model)
     imported = import_runs(runs, items, args.model, tokenizer, family, source)
     check_metadata_clean(imported.metadata, items)
     out = write_store(args.out, imported)
-    if args.json:
-        print(json.dumps(report_json(imported, out), ensure_ascii=False, indent=1, default=str))
-    else:
-        print(format_report(imported, out))
-    if tokenizer is None:
-        print("audit not run (--no-audit)", file=sys.stderr)
+    print_import(args, imported, out, tokenizer, format_report, report_json)
     return 0
