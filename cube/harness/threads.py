@@ -27,7 +27,7 @@ def choose_wait_policy() -> dict[str, str]:
     """Set cube's short spin where the user set no wait policy and torch is not loaded yet."""
     global _chosen
     if _chosen is not None:
-        return _chosen
+        return dict(_chosen)
     given = {name: os.environ[name] for name in WAIT_VARIABLES if name in os.environ}
     if given:
         _chosen = {**given, "set_by": "user"}
@@ -41,7 +41,7 @@ def choose_wait_policy() -> dict[str, str]:
 
 def thread_log() -> dict:
     """The run log's ``threads`` entry: torch's intra-op threads and how they wait."""
-    entry: dict = {"wait": choose_wait_policy() if _chosen is None else dict(_chosen)}
+    entry: dict = {"wait": choose_wait_policy()}
     torch = sys.modules.get("torch")
     if torch is not None:
         entry["torch_threads"] = torch.get_num_threads()

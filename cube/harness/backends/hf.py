@@ -5,8 +5,10 @@ Why it is fast where the usual harnesses are slow:
 1. All requests of one ``score`` call run as one prefix tree (``prefix_tree``): each run of
    tokens that several requests or continuations share (a subject's header, an item's question
    across every label set and cloze, a 5-shot block) goes through the model ONCE, and its KV
-   cache is copied row-wise to every node below it. A single-token label (``A``) needs no extra
-   forward at all: its log-probability is read off its parent's last position. The forward
+   cache is copied row-wise to every node below it. A subtree of at most ``pack_tokens`` (an
+   item's question with every cell below it) runs as one packed row under a tree mask instead
+   (``packing``): no copy per child, a few large forwards. A single-token label (``A``) needs no
+   extra forward at all: its log-probability is read off its parent's last position. The forward
    tokens are then exactly the prefix-tree minimum (``counter.tree_minimum_tokens``).
 2. The output layer (a vocabulary-sized matmul, the largest in a small model) runs ONLY at the
    positions being scored, not at every position of every sequence. For a bf16 model it runs in
