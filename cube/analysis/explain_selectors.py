@@ -69,7 +69,7 @@ def parse_slice(text: str) -> SliceSpec:
                 raise ConfigError(f"slice {text!r}: agg={value!r}; one of {', '.join(AGGREGATIONS)}")
             aggregation = value
         elif name == "shots":
-            if not value.isdigit():
+            if not (value.isascii() and value.isdigit()):  # "²".isdigit(), but int("²") fails
                 raise ConfigError(f"slice {text!r}: shots={value!r} is not a whole number")
             filters[name] = int(value)
         else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from cube.commands.rescore import add_allow_incomplete, add_common_options, load
 
@@ -46,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         report_json,
         tiebreak_effects,
     )
+    from cube.commands.rescore import incomplete_warnings
     from cube.errors import ConfigError
     from cube.records.store import read_manifest
     from cube.tokenizers.audit import read_prediction
@@ -58,14 +60,19 @@ def run(args: argparse.Namespace) -> int:
         extra[model] = family
     prediction = read_prediction(Path(args.prediction))
     table = load(args.records, args)
+    incomplete = incomplete_warnings(args.records)  # read at all only with --allow-incomplete
+    for warning in incomplete:
+        print(warning, file=sys.stderr)
     families = model_families(read_manifest(args.records), extra)
     report = confirm(table, prediction, families)
     if not report.cells:
         raise ConfigError(f"{args.records}: no M1-strict records; nothing to confirm")
     effects = tiebreak_effects(table, [c.observed for c in partial_cells(report)])
     if args.json:
-        print(json.dumps(report_json(report, effects), ensure_ascii=False, indent=1))
+        print(json.dumps(report_json(report, effects) | {"warnings": incomplete}, ensure_ascii=False, indent=1))
     else:
         print(format_report(report))
         print(format_effects(effects))
+        for warning in incomplete:
+            print(warning)
     return 0 if not report.mismatches else 1

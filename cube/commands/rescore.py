@@ -3,7 +3,7 @@
 cube rescore RECORDS [--scorer S] [--label-set L] [--shots N] [--order O] [--context C]
                      [--model M] [--level subject|category|overall] [--taxonomy cmmlu|ceval]
                      [--versus FIELD=VALUE ...] [--versus-records DIR] [--calibration]
-                     [--items BENCHMARK] [--no-verify] [--json]
+                     [--items BENCHMARK] [--no-verify] [--allow-incomplete] [--json]
 
 Every filter may be repeated to allow several values. With ``--versus`` it prints the
 per-subject regression table from the slice (A) to the same slice with the given fields
@@ -49,6 +49,9 @@ def register(subparsers) -> None:
     parser.add_argument("--calibration", action="store_true",
                         help="expected calibration error (10 equal-width bins) per cell")
     add_common_options(parser)
+    # accepted as confirm, explain and release build accept it: rescore reads an incomplete store
+    # anyway (with a warning per cell), so a script can pass the flag to every reader alike
+    add_allow_incomplete(parser)
     parser.set_defaults(func=run)
 
 

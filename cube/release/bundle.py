@@ -128,6 +128,7 @@ class BuildResult:
     n_files: int
     scrub: ScrubStats
     n_items_audited: int
+    incomplete: list[str] = field(default_factory=list)  # built with allow_incomplete: the cells short
 
 
 def tarball_path(bundle: Path) -> Path:
@@ -158,7 +159,7 @@ def build_bundle(
     """
     from cube.analysis.confirm import model_families
     from cube.paper.book import load_plan
-    from cube.records.store import check_items, read_manifest, read_records
+    from cube.records.store import check_items, read_manifest, read_records, unfinished_cells
     from cube.tokenizers.audit import read_prediction
 
     records, out = Path(records), Path(out)
@@ -172,6 +173,9 @@ def build_bundle(
     doc = read_prediction(Path(prediction))
     records_manifest = read_manifest(records)
     table = read_records(records, verify=True, progress=sys.stderr.isatty(), allow_incomplete=allow_incomplete)
+    # The repacked records lose the cell configurations that tell a reader a cell is short, so the
+    # lines say it instead, in the bundle's manifest and README and in the records' own manifest.
+    incomplete = unfinished_cells(records_manifest)
     by_uid = {item.uid: item for item in items}
     known = pc.is_in(table.column("uid"), value_set=pa.array(list(by_uid), type=pa.string()))
     check_items(table.filter(known), {u: i.qhash for u, i in by_uid.items()}, str(records))
@@ -210,6 +214,8 @@ def build_bundle(
     }
     if metadata:
         manifest["records_metadata"] = metadata
+    if incomplete:
+        manifest["incomplete"] = incomplete
 
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -218,13 +224,13 @@ def build_bundle(
     with _build_lock(out):
         _clean_leftovers(out)
         return _write_bundle(out, tarball, records, prediction, plan, records_manifest, metadata,
-                             manifest, scrubbed, stats, table.num_rows, index.n_items)
+                             manifest, scrubbed, stats, table.num_rows, index.n_items, incomplete)
 
 
 def _write_bundle(out: Path, tarball: Path, records: Path, prediction: str | Path, plan: Sequence[Any],
                   records_manifest: Mapping[str, Any], metadata: Mapping[str, Any],
                   manifest: Mapping[str, Any], scrubbed: pa.Table, stats: ScrubStats, n_records: int,
-                  n_items: int) -> BuildResult:
+                  n_items: int, incomplete: Sequence[str] = ()) -> BuildResult:
     """Stage every file, then swap folder and tarball into place as one unit (see the module)."""
     from cube.config import REPO_ROOT
     from cube.records.store import write_records
@@ -232,8 +238,8 @@ def _write_bundle(out: Path, tarball: Path, records: Path, prediction: str | Pat
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     tar_tmp: Path | None = None
     try:
-        write_records(staging / RECORDS_DIR, scrubbed,
-                      synthetic=bool(records_manifest.get("synthetic")), metadata=metadata)
+        write_records(staging / RECORDS_DIR, scrubbed, synthetic=bool(records_manifest.get("synthetic")),
+                      metadata=metadata, incomplete=incomplete)
         (staging / RECORDS_DIR / ".manifest.lock").unlink(missing_ok=True)
         for runlog in sorted(records.glob(f"*/{RUNLOG_NAME}")):  # how each model's run went
             _write(staging / RUNS_DIR / f"{runlog.parent.name}.{RUNLOG_NAME}", runlog.read_bytes())
@@ -265,7 +271,7 @@ def _write_bundle(out: Path, tarball: Path, records: Path, prediction: str | Pat
             shutil.rmtree(staging, ignore_errors=True)
         if tar_tmp is not None:
             tar_tmp.unlink(missing_ok=True)
-    return BuildResult(out, tarball, n_records, n_files, stats, n_items)
+    return BuildResult(out, tarball, n_records, n_files, stats, n_items, list(incomplete))
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -407,6 +413,7 @@ class VerifyReport:
     n_records: int | None = None
     n_items_audited: int | None = None
     problems: list[str] = field(default_factory=list)
+    incomplete: list[str] = field(default_factory=list)  # the records' own mark (a --allow-incomplete build)
 
     @property
     def ok(self) -> bool:
@@ -488,7 +495,7 @@ def _extract(tarball: Path, dest: Path) -> Path:
 
 
 def _verify_folder(root: Path, items: Sequence[Item] | None, index) -> VerifyReport:
-    from cube.records.store import check_items, read_records
+    from cube.records.store import check_items, read_manifest, read_records, unfinished_cells
     from cube.tokenizers.audit import read_prediction
 
     report = VerifyReport(root)
@@ -516,8 +523,10 @@ def _verify_folder(root: Path, items: Sequence[Item] | None, index) -> VerifyRep
         except CubeError as exc:
             report.problems.append(str(exc))
     try:
-        table = read_records(root / RECORDS_DIR, verify=True)
+        # an incomplete bundle is still checked in full; the caller says it is incomplete
+        table = read_records(root / RECORDS_DIR, verify=True, allow_incomplete=True)
         report.n_records = table.num_rows
+        report.incomplete = unfinished_cells(read_manifest(root / RECORDS_DIR))
     except CubeError as exc:
         report.problems.append(str(exc))
         return report

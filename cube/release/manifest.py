@@ -114,11 +114,14 @@ def manifest_problems(root: Path, table: pa.Table) -> list[str]:
         "protocols": protocols(table),
         "items": item_counts(table),
         "prediction": {"path": PREDICTION_PATH, "content_sha256": doc.get("content_sha256")},
+        # the records' own mark, without the prefix every reader adds (a complete bundle has none)
+        "incomplete": list(records_manifest.get("incomplete") or []),
     }
     problems = []
     for key, value in derived.items():
-        if canonical(manifest.get(key)) != canonical(value):
-            shown = canonical(manifest.get(key))
+        found = manifest.get(key, [] if key == "incomplete" else None)
+        if canonical(found) != canonical(value):
+            shown = canonical(found)
             problems.append(f"{path}: {key} {shown[:60]} does not match the records and prediction "
                             f"it describes ({canonical(value)[:60]})")
     models = sorted(pc.unique(table.column("model")).to_pylist())

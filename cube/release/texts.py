@@ -54,9 +54,15 @@ def bundle_readme(manifest: Mapping[str, Any]) -> str:
     audit = manifest["leakage_audit"]
     licences = "\n".join(f"- {v['name']}: {v['licence']} ({v['source']})"
                          for v in manifest["benchmark_licences"].values())
+    incomplete = manifest.get("incomplete") or []
+    warning = ("" if not incomplete else
+               f"**INCOMPLETE**: built with `--allow-incomplete` from a store {len(incomplete)} of whose cells "
+               "lack shards their configuration promises (a killed or unfinished run); their accuracies "
+               "cover only the records present, and every cube reader of `records/` says so:\n\n"
+               + "".join(f"- {line}\n" for line in incomplete) + "\n")
     return f"""# cube release bundle
 
-Per-item records of multiple-choice LLM evaluations: every protocol slice can be re-scored from
+{warning}Per-item records of multiple-choice LLM evaluations: every protocol slice can be re-scored from
 them without running a model. Made with cube {manifest["cube_version"]}.
 
 - `records/`: {manifest["n_records"]:,} records (Parquet, schema `{manifest["records_schema"]}`,

@@ -112,6 +112,21 @@ def test_arguments_are_checked_before_any_record_is_read(run, store, monkeypatch
         assert code == 2 and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("argv, needle", [
+    (("{s}:shots=\u00b2",), "shots='\u00b2' is not a whole number"),  # "²".isdigit(): a ValueError traceback
+    (("{s}:scorer=M1-strict", "--seed", "-1"), "--seed -1"),  # numpy's ValueError traceback
+    (("{s}:scorer=M1-strict", "--bootstrap", "1000000000"), "--bootstrap 1000000000"),  # a 7.45 GiB array
+])
+def test_issue32_bad_arguments_are_one_line_before_any_record(run, store, monkeypatch, argv, needle):
+    """Issue 32 §3: each of these was a traceback (or gigabytes) on the code before it."""
+    import cube.records.store as store_module
+
+    monkeypatch.setattr(store_module, "read_records", lambda *a, **k: pytest.fail("records read"))
+    code, out, err = run(f"{store}:scorer=M1-seq", *(a.format(s=store) for a in argv))
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("cube: error: "), err
+    assert needle in err, err
+
+
 def test_an_incomplete_store_is_refused_unless_allowed(run, store):
     """A cell whose configuration promises 30 items in shards of 5 and has none of them written."""
     path = f"{store}/{MANIFEST_NAME}"
@@ -125,6 +140,11 @@ def test_an_incomplete_store_is_refused_unless_allowed(run, store):
     assert code == 2 and out == "" and "incomplete store" in err and "--allow-incomplete" in err
     code, out, err = run(*argv, "--allow-incomplete")
     assert code == 0 and "gap B - A: -30.00 pp" in out, err
+    # issue 32 §5: with the flag the numbers came with no mark at all; now printed, and in the JSON
+    needle = "incomplete cell (a killed or unfinished run?): m1/label--L1_halfwidth__zh_cue__0shot__original: 0 of 6"
+    assert needle in out and needle in err, out
+    code, out, _ = run(*argv, "--allow-incomplete", "--json")
+    assert code == 0 and any(needle in w for w in json.loads(out)["warnings"])
 
 
 def test_cube_and_lm_eval_on_byte_equal_prompts(run):

@@ -254,3 +254,65 @@ def test_build_refuses_a_killed_runs_store_unless_allowed(tmp_path, capsys, cmml
                  "--allow-incomplete"])
     printed, err = capsys.readouterr()
     assert code == 0 and "20 records" in printed, err
+
+
+def test_issue32_an_allow_incomplete_bundle_says_so_to_verify_and_every_reader(tmp_path, capsys, cmmlu_root,
+                                                                               some_items):
+    """Issue 32 §1: `release build --allow-incomplete` wrote a bundle that `verify` called "bundle OK" and
+    whose records `rescore` and `confirm` read with rc 0 and no warning (the repacked records lost the
+    cell configuration that told a reader the cell was short). The store here: a cell configuration
+    promising 30 items in shards of 5, none written (as a run killed before its first shard of it)."""
+    import json
+
+    from cube.records.store import write_records as write_store_records
+    from tests.record_tables import record, table
+
+    rows = [record(model="tiny-model", uid=i.uid, qhash=i.qhash, gold=i.answer, scorer=s, pred=1,
+                   scores=[-2.0, -0.5, -3.0, -4.0]) for i in some_items for s in ("M1-seq", "M1-strict")]
+    records = tmp_path / "records"
+    write_store_records(records, table(rows))
+    manifest = json.loads((records / "MANIFEST.json").read_text(encoding="utf-8"))
+    cell = "tiny-model/label--L1_halfwidth__zh_cue__0shot__original"
+    manifest["cells"] = {cell: {"kind": "label", "scorers": ["M1-seq"], "n_items": 30, "shard_size": 5}}
+    (records / "MANIFEST.json").write_text(json.dumps(manifest), encoding="utf-8")
+    short = f"{cell}: 0 of 6 shards, 0 of 30 items"
+
+    out = tmp_path / "release" / "bundle"
+    code, printed, err = run_action(capsys, "build", records, "--out", out, "--items", cmmlu_root, "--allow-incomplete")
+    assert code == 0, err
+    assert f"INCOMPLETE {short}" in printed and "bundle INCOMPLETE" in printed, printed
+    bundle_manifest = json.loads((out / "MANIFEST.json").read_text(encoding="utf-8"))
+    assert len(bundle_manifest["incomplete"]) == 1 and bundle_manifest["incomplete"][0].startswith(short)
+    assert "**INCOMPLETE**" in (out / "README.md").read_text(encoding="utf-8")
+
+    for target in (out, out.with_name("bundle.tar.gz")):
+        code, printed, err = run_action(capsys, "verify", target, "--items", cmmlu_root)
+        assert code == 0 and printed.startswith("bundle OK: "), printed + err
+        assert f"INCOMPLETE marked incomplete when written: {short}" in printed, printed
+        assert printed.splitlines()[-1].startswith("bundle INCOMPLETE: "), printed
+
+    needle = f"incomplete cell (a killed or unfinished run?): marked incomplete when written: {short}"
+    code = main(["rescore", str(out / "records"), "--scorer", "M1-seq"])
+    printed, err = capsys.readouterr()
+    assert code == 0 and needle in printed and needle in err, printed + err
+    code = main(["rescore", str(out / "records"), "--allow-incomplete"])  # an unknown argument before
+    printed, err = capsys.readouterr()
+    assert code == 0 and needle in printed, err
+
+    prediction = REPO_ROOT / "data" / "predictions" / "audit_frozen.json"
+    confirm = ["confirm", str(out / "records"), "--prediction", str(prediction), "--family", "tiny-model=qwen3"]
+    code = main(confirm)
+    printed, err = capsys.readouterr()
+    assert code == 2 and printed == "" and "incomplete store: marked incomplete when written" in err, err
+    code = main([*confirm, "--allow-incomplete"])
+    printed, err = capsys.readouterr()
+    assert code in (0, 1) and needle in printed and needle in err, printed + err
+
+    # the mark cannot be edited out of the bundle's manifest without verify saying so
+    del bundle_manifest["incomplete"]
+    (out / "MANIFEST.json").write_text(json.dumps(bundle_manifest), encoding="utf-8")
+    from cube.release.bundle import sha256sums
+
+    (out / "SHA256SUMS").write_text(sha256sums(out), encoding="utf-8")
+    code, printed, _ = run_action(capsys, "verify", out)
+    assert code == 1 and "incomplete [] does not match the records" in printed, printed

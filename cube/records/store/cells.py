@@ -141,13 +141,15 @@ def unfinished_cells(manifest: Mapping[str, Any]) -> list[str]:
     items that happened to finish, and no reader may report it as the run's. Compared: the
     shard names and each shard's rows as the manifest lists them (``read_records`` checks the
     files hold those rows). Stores without recorded cells (the archive's older models) promise
-    nothing and give no line.
+    nothing and give no line. A store written from an incomplete one (a bundle built with
+    ``--allow-incomplete``) carries the lines its source gave in ``incomplete``; they are
+    repeated here first, so every reader of the copy says so as it would of the source.
     """
+    lines = [f"marked incomplete when written: {line}" for line in manifest.get("incomplete") or []]
     files = manifest.get("files") or {}
     by_cell: dict[str, dict[str, Any]] = {}
     for name, entry in files.items():
         by_cell.setdefault(_cell_of(name), {})[name] = entry
-    lines = []
     for cell, config in sorted((manifest.get("cells") or {}).items()):
         promised = promised_shards(cell, config)
         present = by_cell.get(cell, {})

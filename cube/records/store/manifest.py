@@ -50,6 +50,9 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     cells = manifest.get("cells", {})
     if not isinstance(cells, dict) or not all(isinstance(c, dict) for c in cells.values()):
         raise RecordsError(f"{path}: 'cells' must map each cell to its configuration object")
+    incomplete = manifest.get("incomplete", [])
+    if not isinstance(incomplete, list) or not all(isinstance(line, str) for line in incomplete):
+        raise RecordsError(f"{path}: 'incomplete' must be a list of lines (the cells its source lacked)")
     return manifest
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +88,7 @@ def _check_table(table: pa.Table, where: str) -> pa.Table:
 
 def _update_manifest(
     directory: Path, entries: Mapping[str, dict], synthetic: bool, metadata: Mapping | None,
-    cell: CellToRecord | None = None,
+    cell: CellToRecord | None = None, incomplete: Sequence[str] = (),
 ) -> None:
     path = directory / MANIFEST_NAME
     manifest = read_manifest(directory) if path.exists() else _empty_manifest()
@@ -101,6 +101,8 @@ def _update_manifest(
     manifest["synthetic"] = bool(manifest.get("synthetic")) or synthetic
     manifest.setdefault("metadata", {}).update(dict(metadata or {}))
     manifest["files"].update(entries)
+    if incomplete:  # like synthetic, never taken back: a copy of an incomplete store stays marked
+        manifest["incomplete"] = sorted(set(manifest.get("incomplete") or []) | set(incomplete))
     atomic_write_text(path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 def _shard_name(name: str, model: str) -> str:
@@ -139,7 +141,7 @@ def write_shard(
 
 def _write_checked_shard(
     directory: Path, name: str, table: pa.Table, synthetic: bool, metadata: Mapping | None,
-    cell: CellToRecord | None = None,
+    cell: CellToRecord | None = None, incomplete: Sequence[str] = (),
 ) -> Path:
     models = pc.unique(table.column("model")).to_pylist()
     if len(models) != 1:
@@ -155,7 +157,7 @@ def _write_checked_shard(
 
     def list_in_manifest() -> None:
         with manifest_lock(directory):
-            _update_manifest(directory, {name: entry}, synthetic, metadata, cell)
+            _update_manifest(directory, {name: entry}, synthetic, metadata, cell, incomplete)
 
     atomic_write_bytes(path, data, before_rename=list_in_manifest)
     return path
@@ -167,12 +169,16 @@ def write_records(
     *,
     synthetic: bool = False,
     metadata: Mapping[str, Any] | None = None,
+    incomplete: Sequence[str] = (),
 ) -> list[Path]:
     """Append ``table`` to the store at ``directory``: one new ``part-NNNNN`` shard per model.
 
     The table is checked exactly as a reader would check it before anything is written.
     ``synthetic`` marks the whole store as simulated (it never goes back to False);
-    ``metadata`` is merged into the manifest's ``metadata`` object.
+    ``metadata`` is merged into the manifest's ``metadata`` object. ``incomplete``: the lines of
+    ``unfinished_cells`` of the store these records were copied from (a bundle of an incomplete
+    store): the copy has no cell configurations to tell it is short, so it keeps them, and every
+    reader repeats them.
     """
     directory = Path(directory)
     table = _check_table(table, "table to write")
@@ -190,5 +196,5 @@ def write_records(
             index += 1
         part = table.filter(pa.array(model_codes == code))
         name = f"{model}/{SHARD_PATTERN.format(index)}"
-        written.append(_write_checked_shard(directory, name, part, synthetic, metadata))
+        written.append(_write_checked_shard(directory, name, part, synthetic, metadata, None, incomplete))
     return written
