@@ -24,7 +24,15 @@ The two modes, as OpenCompass 0.5.4 computes them (``openicl/icl_inferencer/icl_
 - gen: a greedy generation after the prompt, read by ``first_capital_postprocess`` (the first
   capital letter anywhere, A-Z, scored against the gold letter). Records: ``M6-oc`` (that
   extraction, recomputed and checked against what OpenCompass logged), and cube's ``M6-strict``
-  and ``M6-lenient`` on the same text.
+  and ``M6-lenient`` on the same text. A run whose ``pred_postprocessor`` is another (or none) is
+  refused: its decisions are not first_capital's.
+
+Refused, each in one line, because the records would then not be the run's decisions on the items
+they name: an accuracy that is not a finite percentage; a prompt whose question block does not
+carry the item's own options in its order (checked in every label's prompt, so four label prompts
+of four questions are not one record); a ``test_range`` the predictions do not fill, or a
+prediction at a row the range does not put there; prompts with another number of in-context
+examples than the config's retriever asks for.
 """
 
 from __future__ import annotations
@@ -53,6 +61,8 @@ LABELS = ("A", "B", "C", "D")
 KNOWN_DATASETS = {"CMMLUDataset": "cmmlu", "CEvalDataset": "ceval"}
 BENCHMARK_SPLITS = {"cmmlu": ("dev", "test"), "ceval": ("dev", "val", "test")}
 INFERENCERS = {"PPLInferencer": "ppl", "GenInferencer": "gen"}
+# The gen postprocessors whose decisions cube reproduces (``first_capital`` below): any other is refused.
+GEN_POSTPROCESSORS = ("first_capital_postprocess",)
 # A model or dataset abbr names a folder and a file of the output (predictions/<model>/<dataset>.json):
 # one with a separator or "..", such as "../../elsewhere", would read outside the folder given.
 _ABBR = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,199}$")
@@ -84,11 +94,15 @@ def _value(node: ast.AST) -> Any:
 
 def read_config(path: Path) -> dict[str, Any]:
     """The top-level names of a dumped OpenCompass config (those that are not plain data: None)."""
-    text = read_text(path, HarnessImportError, "OpenCompass config")
+    text = read_text(path, HarnessImportError, "OpenCompass config").removeprefix("\ufeff")  # an editor's BOM
     try:
         tree = ast.parse(text, filename=str(path))
-    except (SyntaxError, ValueError, RecursionError):
-        raise HarnessImportError(f"{path}: not a Python config file (truncated?)") from None
+    except SyntaxError as exc:
+        raise HarnessImportError(f"{path}: not a Python config file: line {exc.lineno}: {exc.msg} (truncated, or "
+                                 "not the config OpenCompass dumped?)") from None
+    except (ValueError, RecursionError) as exc:
+        reason = "it nests too deep" if isinstance(exc, RecursionError) else str(exc).splitlines()[0]
+        raise HarnessImportError(f"{path}: not a Python config file ({reason})") from None
     out: dict[str, Any] = {}
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
@@ -194,6 +208,8 @@ def read_run(folder: str | Path) -> OpenCompassRun:
         retriever = infer.get("retriever") or {}
         shots = len(retriever.get("fix_id_list") or []) if _type_name(retriever.get("type")) == "FixKRetriever" else 0
         post = (d.get("eval_cfg") or {}).get("pred_postprocessor")
+        if INFERENCERS[inferencer] == "gen":
+            _check_postprocessor(post, abbr, config_path)
         predictions = folder / "predictions" / model / f"{abbr}.json"
         results = folder / "results" / model / f"{abbr}.json"
         for path, what in ((predictions, "predictions"), (results, "results")):
@@ -204,6 +220,29 @@ def read_run(folder: str | Path) -> OpenCompassRun:
                               INFERENCERS[inferencer], str(reader.get("test_range") or ""), shots,
                               _type_name(post.get("type")) if isinstance(post, dict) else None, d, predictions, results))
     return OpenCompassRun(folder, config_path, config, model, models[0], tuple(out))
+
+
+def _check_postprocessor(post: Any, abbr: str, where: Path) -> None:
+    """A gen dataset's ``pred_postprocessor`` must be one whose decisions cube reproduces exactly.
+
+    OpenCompass scores a generation by what its postprocessor reads from it; an import that read
+    it another way (first_capital on a ``first_option_postprocess`` run) imported other decisions
+    under OpenCompass's name, and its accuracy agreed only by chance or not at all.
+    """
+    name = _type_name(post.get("type")) if isinstance(post, dict) else None
+    if name is None:
+        raise HarnessImportError(
+            f"{where}: dataset {abbr} is scored in gen mode with no eval_cfg.pred_postprocessor, so OpenCompass "
+            "compared the raw generation with the gold letter; cube reproduces gen decisions of "
+            f"{', '.join(GEN_POSTPROCESSORS)} only: rerun OpenCompass with one of them")
+    if name not in GEN_POSTPROCESSORS:
+        raise HarnessImportError(
+            f"{where}: dataset {abbr}'s pred_postprocessor is {name}, whose decisions cube does not reproduce "
+            f"(it reproduces {', '.join(GEN_POSTPROCESSORS)}); rerun OpenCompass with one of them")
+    extra = sorted(k for k in post if k != "type")
+    if extra:
+        raise HarnessImportError(f"{where}: dataset {abbr}'s pred_postprocessor {name} has arguments "
+                                 f"({', '.join(extra)}) cube does not reproduce")
 
 
 def _load_json(path: Path, what: str) -> Any:
@@ -237,18 +276,33 @@ def read_accuracy(dataset: DatasetRun) -> float:
     value = data.get("accuracy") if isinstance(data, dict) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise HarnessImportError(f"{dataset.results}: no numeric 'accuracy'")
+    if not (np.isfinite(value) and 0 <= value <= 100):  # NaN passed every comparison with the records
+        raise HarnessImportError(f"{dataset.results}: accuracy {value!r} is not a percentage from 0 to 100; "
+                                 "OpenCompass's evaluation of this dataset did not finish or was edited")
     return float(value)
 
 
-def _range_rows(test_range: str, n: int, where: str) -> range:
-    """The test rows ``test_range`` (``"[a:b]"``, OpenCompass's slice of the split) selected."""
+def _range_rows(test_range: str, n: int, where: str, n_split: int | None = None) -> range:
+    """The test rows ``test_range`` (``"[a:b]"``, OpenCompass's slice of the split) selected.
+
+    ``n_split``: the rows of the split in the benchmark in use; given, the slice must select
+    exactly the ``n`` predictions the file holds (``[0:4]`` with one prediction is a run cut
+    short or a config that is not this run's).
+    """
     if not test_range:
-        return range(n)
-    m = re.fullmatch(r"\[\s*(\d*)\s*:\s*(\d*)\s*\]", test_range)
-    if not m:
-        raise HarnessImportError(f"{where}: test_range {test_range!r} is not a plain [a:b] slice")
-    start = int(m.group(1) or 0)
-    return range(start, start + n)
+        rows = range(n if n_split is None else n_split)
+    else:
+        m = re.fullmatch(r"\[\s*(\d*)\s*:\s*(\d*)\s*\]", test_range)
+        if not m:
+            raise HarnessImportError(f"{where}: test_range {test_range!r} is not a plain [a:b] slice")
+        start = int(m.group(1) or 0)
+        stop = int(m.group(2)) if m.group(2) else (n_split if n_split is not None else start + n)
+        rows = range(n_split if n_split is not None else stop)[start:stop]
+    if len(rows) != n:
+        raise HarnessImportError(f"{where}: {n} prediction(s), but the config's test_range "
+                                 f"{test_range or '(all)'} selects {len(rows)} row(s) of the split; the "
+                                 "predictions are not of this config (or its inference did not finish)")
+    return rows
 
 
 # --------------------------------------------------------------------------------------------
@@ -288,7 +342,31 @@ def match_item(prompt: str, dataset: DatasetRun, row: int, by_hash: Mapping[str,
         raise HarnessImportError(f"{where}: question hash {h} matches no {dataset.benchmark} {dataset.subject} "
                                  f"{dataset.split} item (another copy of the benchmark? pass it with --data)")
     at_row = [c for c in candidates if c.row == row]
-    return at_row[0] if at_row else candidates[0]
+    if not at_row:
+        raise HarnessImportError(f"{where}: its question is that of {candidates[0].uid}, but test_range puts row "
+                                 f"{row} of {dataset.subject} {dataset.split} there (predictions of another "
+                                 "config?)")
+    return at_row[0]
+
+
+def check_block(prompt: str, item: Item, where: str) -> None:
+    """The prompt asks the item's own question with the item's own options, in their order.
+
+    A question hash names the item but not what was asked about it: swapped options, or another
+    item's options under this question, imported as this item (the lm-eval import refuses both).
+    OpenCompass's CMMLU and C-Eval templates write the question and then ``A. ...`` to ``D. ...``
+    one per line; the test item is the last block (the in-context examples come first).
+    """
+    block = item.question + "".join(f"\n{label}. {option}" for label, option in zip(LABELS, item.options))
+    at = prompt.rfind(block)
+    if at < 0 or prompt.rfind(f"\n{LABELS[0]}. ") > at + len(item.question):
+        raise HarnessImportError(f"{where}: the prompt's options are not item {item.uid}'s, in its order "
+                                 "(swapped, or another item's); the decision is not one on this item")
+
+
+def shots_in(prompt: str) -> int:
+    """In-context examples before the test question: the ``A. `` option lines before the last."""
+    return max(prompt.count(f"\n{LABELS[0]}. ") - 1, 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,13 +437,14 @@ def import_dataset(dataset: DatasetRun, by_hash: Mapping[str, Sequence[Item]], m
     from cube.protocol.extract import extract_lenient, extract_strict
 
     entries = read_predictions(dataset)
-    rows_of = _range_rows(dataset.test_range, len(entries), str(dataset.predictions))
     accuracy = read_accuracy(dataset)
     subject_zh = next((i.subject_zh for group in by_hash.values() for i in group
                        if i.subject == dataset.subject), "")
     context = context_name(dataset, subject_zh)
     pool = [i for group in by_hash.values() for i in group
             if i.subject == dataset.subject and i.split == dataset.split]
+    n_split = max((i.row for i in pool), default=-1) + 1 if pool else None
+    rows_of = _range_rows(dataset.test_range, len(entries), str(dataset.predictions), n_split)
     records: list[dict] = []
     summary = DatasetImport(dataset.abbr, dataset.mode, len(entries), accuracy, 0.0, [])
     n_correct = 0
@@ -383,6 +462,13 @@ def import_dataset(dataset: DatasetRun, by_hash: Mapping[str, Sequence[Item]], m
             if not isinstance(prompt, str):
                 raise HarnessImportError(f"{where}: no 'origin_prompt'")
         item = match_item(prompt, dataset, row, by_hash, where, pool)
+        for label_prompt in (prompts if dataset.mode == "ppl" else [prompt]):
+            # each label's prompt on its own: four label prompts of four questions made one record
+            check_block(label_prompt, item, where)
+            if shots_in(label_prompt) != dataset.shots:
+                raise HarnessImportError(f"{where}: the config asks for {dataset.shots}-shot prompts, but the "
+                                         f"prompt holds {shots_in(label_prompt)} in-context example(s); the "
+                                         "predictions are not of this config")
         if item.uid in seen:
             raise HarnessImportError(f"{where}: item {item.uid} is matched by two predictions")
         seen.add(item.uid)

@@ -299,3 +299,116 @@ def test_real_opencompass_renders_the_prompts_cube_renders(tmp_path, items, benc
             assert entry["origin_prompt"] == cmmlu_prompt(item, shots, None)
     imported = import_runs([read_run(p) for p in find_runs(tmp_path / "out")], items)
     assert {r["scorer"] for r in imported.rows} == {PPL_SCORER, GEN_SCORER, "M6-strict", "M6-lenient"}
+
+
+# ---- issue 32 §1 and §5: what the import could not reproduce, and said nothing about --------------
+
+
+def _edit(path: Path, change) -> None:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    change(data)
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+
+
+def _import(folder: Path, items):
+    return import_runs([read_run(p) for p in find_runs(folder)], items)
+
+
+@pytest.mark.parametrize("post, needle", [
+    ("first_option_postprocess', options='ABCD", "pred_postprocessor is first_option_postprocess, whose decisions"),
+    (None, "no eval_cfg.pred_postprocessor"),
+])
+def test_issue32_a_gen_run_under_another_postprocessor_is_refused(tmp_path, items, post, needle):
+    """A first_option_postprocess run imported with first_capital's decisions ("accuracy 50 (records:
+    50)"); a run with none read "the results are not of these predictions"."""
+    run = write_oc_run(tmp_path, items, UIDS[:1], "gen")
+    config = next((run / "configs").glob("*.py"))
+    text = config.read_text(encoding="utf-8")
+    old = "pred_postprocessor=dict(type='opencompass.utils.text_postprocessors.first_capital_postprocess'),"
+    new = "" if post is None else old.replace("first_capital_postprocess'", post + "'")
+    config.write_text(text.replace(old, new), encoding="utf-8")
+    with pytest.raises(HarnessImportError, match=needle) as caught:
+        _import(tmp_path, items)
+    assert "\n" not in str(caught.value)
+
+
+def test_issue32_a_nan_accuracy_is_refused(tmp_path, items):
+    write_oc_run(tmp_path, items, UIDS[:1], "ppl", ppls=[[1.0, 2.0, 3.0, 4.0]], accuracy=float("nan"))
+    with pytest.raises(HarnessImportError, match="accuracy nan is not a percentage"):
+        _import(tmp_path, items)
+
+
+@pytest.mark.parametrize("mode", ["ppl", "gen"])
+@pytest.mark.parametrize("how", ["swapped", "another item's"])
+def test_issue32_options_not_the_items_are_refused(tmp_path, items, mode, how):
+    """The question hash named the item, and options swapped or taken from another item imported rc 0."""
+    import dataclasses
+
+    item = _item(items, UIDS[0])
+    other = _item(items, UIDS[1])
+    options = tuple(reversed(item.options)) if how == "swapped" else other.options
+    fake = dataclasses.replace(item, options=options)
+    run = write_oc_run(tmp_path, items, UIDS[:1], mode, ppls=[[1.0, 2.0, 3.0, 4.0]])
+    shots = _shots(items, item.subject)
+
+    def change(data):
+        if mode == "ppl":
+            for label in LABELS:
+                data["0"][f"label: {label}"]["prompt"] = cmmlu_prompt(fake, shots, label)
+        else:
+            data["0"]["origin_prompt"] = cmmlu_prompt(fake, shots, None)
+
+    _edit(next((run / "predictions").rglob("*.json")), change)
+    with pytest.raises(HarnessImportError, match=r"options are not item .*'s, in its order"):
+        _import(tmp_path, items)
+
+
+def test_issue32_label_prompts_of_different_questions_are_refused(tmp_path, items):
+    """Four label prompts of four different questions made one record of the first one's item."""
+    run = write_oc_run(tmp_path, items, UIDS[:1], "ppl", ppls=[[1.0, 2.0, 3.0, 4.0]])
+    subject = _item(items, UIDS[0]).subject
+    others = [i for i in items if i.subject == subject and i.split == "test"][1:4]
+    shots = _shots(items, subject)
+
+    def change(data):
+        for label, other in zip(LABELS[1:], others):
+            data["0"][f"label: {label}"]["prompt"] = cmmlu_prompt(other, shots, label)
+
+    _edit(next((run / "predictions").rglob("*.json")), change)
+    with pytest.raises(HarnessImportError, match="options are not item"):
+        _import(tmp_path, items)
+
+
+def test_issue32_a_test_range_the_predictions_do_not_fill_is_refused(tmp_path, items):
+    run = write_oc_run(tmp_path, items, UIDS[:1], "ppl", ppls=[[1.0, 2.0, 3.0, 4.0]])
+    config = next((run / "configs").glob("*.py"))
+    row = _item(items, UIDS[0]).row
+    config.write_text(config.read_text(encoding="utf-8").replace(f"test_range='[{row}:{row + 1}]'",
+                                                                 f"test_range='[{row}:{row + 4}]'"), encoding="utf-8")
+    with pytest.raises(HarnessImportError, match=r"1 prediction\(s\), but the config's test_range .* selects 4 row"):
+        _import(tmp_path, items)
+
+
+def test_issue32_a_shots_mismatch_between_config_and_prompts_is_refused(tmp_path, items):
+    """A 5-shot config over 0-shot prompts imported, its records saying 5-shot."""
+    item = _item(items, UIDS[0])
+    run = write_oc_run(tmp_path, items, UIDS[:1], "ppl", ppls=[[1.0, 2.0, 3.0, 4.0]])
+
+    def change(data):
+        for label in LABELS:
+            data["0"][f"label: {label}"]["prompt"] = cmmlu_prompt(item, [], label)
+
+    _edit(next((run / "predictions").rglob("*.json")), change)
+    with pytest.raises(HarnessImportError, match="asks for 5-shot prompts, but the prompt holds 0"):
+        _import(tmp_path, items)
+
+
+def test_issue32_a_config_with_a_byte_order_mark_reads_and_a_broken_one_names_its_line(tmp_path, items):
+    run = write_oc_run(tmp_path, items, UIDS[:1], "ppl", ppls=[[1.0, 2.0, 3.0, 4.0]])
+    config = next((run / "configs").glob("*.py"))
+    text = config.read_text(encoding="utf-8")
+    config.write_text("\ufeff" + text, encoding="utf-8")  # "not a Python config file (truncated?)" before
+    assert [r["uid"] for r in _import(tmp_path, items).rows] == UIDS[:1]
+    config.write_text(text[: len(text) // 2], encoding="utf-8")
+    with pytest.raises(HarnessImportError, match=r"not a Python config file: line \d+: "):
+        read_config(config)
