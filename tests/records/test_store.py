@@ -485,3 +485,51 @@ def test_promised_shards_are_the_runners_plan():
             assert set(configs) == set(planned)
             for cell, config in configs.items():
                 assert promised_shards(cell, config) == planned[cell]
+
+
+# --- issue 32 §2: the writer lock never writes through a link, and cannot be deleted away ----------
+
+
+def test_issue32_a_writer_lock_that_is_a_symlink_never_truncates_the_users_file(tmp_path):
+    """A store received from someone else with `.writer.lock -> ~/notes.txt`: `cube run` and `cube
+    merge` truncated the user's file and wrote their pid into it."""
+    import os
+
+    from cube.records.store import WRITER_LOCK, writer_lock
+    from cube.records.store.layout import MANIFEST_LOCK
+
+    precious = tmp_path / "notes.txt"
+    precious.write_text("precious line 1\nprecious line 2\n", encoding="utf-8")
+    store = tmp_path / "store"
+    store.mkdir()
+    os.symlink(precious, store / WRITER_LOCK)
+    with writer_lock(store):
+        write_records(store, table([record()]))
+    assert precious.read_text(encoding="utf-8") == "precious line 1\nprecious line 2\n"
+    assert (store / WRITER_LOCK).read_text().strip() == str(os.getpid())  # the link replaced, not followed
+    os.symlink(precious, tmp_path / "other-lock")
+    os.replace(tmp_path / "other-lock", store / MANIFEST_LOCK)  # the manifest's lock, linked too
+    with pytest.raises(RecordsError, match="symbolic link"):
+        write_records(store, table([record(uid="cmmlu/agronomy/test/1")]))
+    assert precious.read_text(encoding="utf-8") == "precious line 1\nprecious line 2\n"
+
+
+def test_issue32_deleting_the_lock_file_during_a_run_lets_no_second_writer_in(tmp_path):
+    """`rm DIR/.writer.lock` while a run held it: a second writer locked a new file (both rc 0)."""
+    import subprocess
+    import sys
+
+    from cube.config import REPO_ROOT
+    from cube.records.store import WRITER_LOCK, writer_lock
+
+    store = tmp_path / "store"
+    child = ("import sys\nfrom cube.errors import StoreBusy\nfrom cube.records.store import writer_lock\n"
+             "try:\n    with writer_lock(sys.argv[1]):\n        print('got the lock')\n"
+             "except StoreBusy as exc:\n    print(exc)\n")
+    with writer_lock(store):
+        (store / WRITER_LOCK).unlink()
+        second = subprocess.run([sys.executable, "-c", child, str(store)], capture_output=True, text=True,
+                                cwd=REPO_ROOT, env={**__import__("os").environ, "PYTHONPATH": str(REPO_ROOT)},
+                                timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert "another process (pid unknown) is writing to this store" in second.stdout, second.stdout

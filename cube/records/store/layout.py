@@ -8,7 +8,7 @@ from cube.records.schema import KEY_COLUMNS
 
 MANIFEST_NAME = "MANIFEST.json"
 MANIFEST_LOCK = ".manifest.lock"  # held for each manifest update (parallel shard writers)
-WRITER_LOCK = ".writer.lock"  # held for a whole run: one writer per store; holds the writer's pid
+WRITER_LOCK = ".writer.lock"  # the pid of the run holding the store's writer lock (a flock on the folder)
 LOCK_FILES = (MANIFEST_LOCK, WRITER_LOCK)
 # Set to 1 (e.g. by `cube book execute --allow-incomplete`) to let read_records read a store whose
 # cells are incomplete where the caller passes no allow_incomplete of its own (the notebooks).

@@ -70,16 +70,34 @@ def _empty_manifest() -> dict[str, Any]:
 
 @contextmanager
 def manifest_lock(directory: Path) -> Iterator[None]:
-    """Serialise manifest updates between processes (e.g. harness shards run in parallel)."""
+    """Serialise manifest updates between processes (e.g. harness shards run in parallel).
+
+    The lock file is opened without following a link (``O_NOFOLLOW``): in a store received from
+    someone else, ``.manifest.lock`` may be a symlink to any file of the user's.
+    """
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / MANIFEST_LOCK, "a+") as fh:
+    path = directory / MANIFEST_LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise RecordsError(f"{path}: cannot open the store's lock file ({_lock_reason(exc)})") from None
+    try:
         if fcntl is not None:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            if fcntl is not None:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _lock_reason(exc: OSError) -> str:
+    import errno
+
+    if exc.errno == errno.ELOOP:
+        return "it is a symbolic link, which cube never writes through; remove the link"
+    return exc.strerror or str(exc)
 
 def create_store(directory: str | Path) -> None:
     """An empty store (a manifest listing nothing) where there is none yet, so that a run killed
@@ -97,12 +115,16 @@ def writer_lock(directory: str | Path) -> Iterator[None]:
     Why: shard writes are atomic each, but two runs of one cell into one store interleave their
     manifest entries and renames (A lists, B lists and renames, A renames over B), and a second
     run's start-up cleanup would delete the first one's temp files in flight. An exclusive
-    ``flock`` on ``DIR/.writer.lock``, taken without waiting, makes the second run refuse at once
-    with the holder's pid (which the holder writes into the file). The kernel drops the lock when
-    its holder dies, however it dies, so a killed run never leaves a store locked. Re-entrant
-    within a process (``cube run`` holds it from its checks to its run log, and ``runner.run``
-    takes it again). Parallel ``cube run --shard K/N`` processes write one store each and are
-    joined by ``cube merge``.
+    ``flock`` on the store's folder itself, taken without waiting, makes the second run refuse at
+    once. The lock is on the folder, not on a file in it: a ``.writer.lock`` that a store received
+    from someone else holds as a symlink was opened through the link and truncated the user's
+    file to write a pid into it, and deleting the file during a run let a second writer lock a new
+    one. The holder's pid, for the refusal's message, is written to ``DIR/.writer.lock`` by
+    renaming a temp file over it (a rename replaces a link, never writes through it) and read
+    without following a link. The kernel drops the lock when its holder dies, however it dies, so
+    a killed run never leaves a store locked. Re-entrant within a process (``cube run`` holds it
+    from its checks to its run log, and ``runner.run`` takes it again). Parallel ``cube run
+    --shard K/N`` processes write one store each and are joined by ``cube merge``.
     """
     directory = Path(directory)
     key = str(directory.resolve())
@@ -114,19 +136,18 @@ def writer_lock(directory: str | Path) -> Iterator[None]:
             _WRITER_LOCKS[key] -= 1
         return
     directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / WRITER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         if fcntl is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+                holder = _lock_holder(directory / WRITER_LOCK)
                 raise StoreBusy(
-                    f"{directory}: another process (pid {holder if holder.isdigit() else 'unknown'}) is writing "
-                    f"to this store (it holds {WRITER_LOCK}); wait for it to finish, or write to another --out"
+                    f"{directory}: another process (pid {holder}) is writing to this store (it holds the "
+                    "store's writer lock); wait for it to finish, or write to another --out"
                 ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        atomic_write_text(directory / WRITER_LOCK, f"{os.getpid()}\n")
         _WRITER_LOCKS[key] = 1
         try:
             yield
@@ -134,6 +155,21 @@ def writer_lock(directory: str | Path) -> Iterator[None]:
             del _WRITER_LOCKS[key]
     finally:
         os.close(fd)  # closing the descriptor releases the flock
+
+
+def _lock_holder(path: Path) -> str:
+    """The pid the lock's holder wrote, read without following a link; 'unknown' if none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return "unknown"
+    try:
+        text = os.read(fd, 32).decode("ascii", "replace").strip()
+    except OSError:
+        text = ""
+    finally:
+        os.close(fd)
+    return text if text.isdigit() else "unknown"
 
 
 _WRITER_LOCKS: dict[str, int] = {}  # store -> depth of this process's writer_lock on it
