@@ -10,6 +10,8 @@ config, ``ItemsError`` for benchmark files, ``RecordsError`` for a store. Writin
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +19,79 @@ import yaml
 
 from cube.errors import ConfigError, CubeError
 
+# The most cube reads of one file it is given. The largest it reads legitimately are lm-eval
+# samples files (tens of MB for all of CMMLU); a results file that was /dev/zero grew cube to
+# 24 GB before the kernel killed it, and a FIFO hung the import for good.
+MAX_FILE_BYTES = 512 << 20
 
-def read_text(path: str | Path, error: type[CubeError] = ConfigError, what: str = "file",
-              encoding: str = "utf-8") -> str:
-    """The file's text; ``what`` names it in the error ("subject map", "frozen prediction")."""
+
+def check_within(path: str | Path, within: str | Path, error: type[CubeError] = ConfigError,
+                 what: str = "file") -> None:
+    """Refuse ``path`` if it resolves outside the folder ``within`` (a symlink out of it)."""
+    root, real = Path(within).resolve(), Path(path).resolve()
+    if real != root and root not in real.parents:
+        raise error(f"{path}: the {what} leads to {real}, outside {within}; cube reads only files inside the "
+                    "folder it is given (a symbolic link out of it is refused as a ../ name is: copy the file in)")
+
+
+def read_bytes(path: str | Path, error: type[CubeError] = ConfigError, what: str = "file",
+               max_bytes: int = MAX_FILE_BYTES, within: str | Path | None = None) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes``: the one reader of a file from outside.
+
+    Why each check: a device (``/dev/zero``) or a FIFO never ends, or never starts (the open does
+    not wait for a writer: ``O_NONBLOCK``, then ``fstat`` refuses anything but a regular file); a
+    regular file larger than any cube reads is refused before it is read, and one that grows
+    while read stops at the bound. ``within``: the folder the caller was given; a path that
+    resolves outside it (a symlink out of an import folder) is refused, as ``../`` names are.
+    """
     path = Path(path)
+    if within is not None:
+        check_within(path, within, error, what)
     try:
-        return path.read_text(encoding=encoding)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise error(f"{what} not found: {path}") from None
     except IsADirectoryError:
         raise error(f"{path} is a folder, not a {what}") from None
-    except UnicodeDecodeError as exc:
-        raise error(f"{path}: {what} is not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise error(f"{path}: cannot read the {what} ({exc.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise error(f"{path} is a folder, not a {what}")
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{path}: the {what} is not a regular file (a FIFO, device or socket never ends); "
+                        "give the file itself")
+        if info.st_size > max_bytes:
+            raise error(f"{path}: the {what} is {info.st_size:,} bytes, more than the {max_bytes:,} cube reads "
+                        "from one file; not a file cube writes or reads")
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise error(f"{path}: the {what} grew past the {max_bytes:,} bytes cube reads from one file "
+                            "while it was read")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise error(f"{path}: cannot read the {what} ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str | Path, error: type[CubeError] = ConfigError, what: str = "file",
+              encoding: str = "utf-8", max_bytes: int = MAX_FILE_BYTES,
+              within: str | Path | None = None) -> str:
+    """The file's text (read by :func:`read_bytes`); ``what`` names it in the error ("subject map",
+    "frozen prediction")."""
+    data = read_bytes(path, error, what, max_bytes, within)
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: {what} is not UTF-8 text (byte {exc.start})") from None
 
 
 def parse_json(text: str | bytes, error: type[CubeError] = ConfigError, where: str = "JSON text",

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from cube.atomic import atomic_write_text
 from cube.errors import RecordsError
+from cube.files import read_text
 from cube.records.schema import RUNLOG_NAME
 
 DEFAULT_SHARD_SIZE = 50  # what `cube run` used when these lines were written and logged no --shard-size
@@ -43,9 +44,15 @@ def planned_files(entry: dict) -> list[str] | None:
     from cube.protocol.prompts import Cell
     from cube.records.provenance import _cell_parts as cell_parts  # the logged cell key's one parser
 
+    from cube.records.store.manifest import MAX_CELL_ITEMS
+
     model = entry.get("model")
     if not isinstance(entry.get("n_items"), int) or not entry.get("scorers"):
         return None
+    if not 0 <= entry["n_items"] <= MAX_CELL_ITEMS:  # 10**12 built a tuple of that many before
+        raise RecordsError(f"n_items {entry['n_items']} is not from 0 to {MAX_CELL_ITEMS:,}")
+    if not isinstance(entry["scorers"], list) or not isinstance(entry.get("cells", []), list):
+        raise RecordsError("'scorers' and 'cells' are not lists")
     command = shlex.split(str(entry.get("command") or ""))
     size = int(command[command.index("--shard-size") + 1]) if "--shard-size" in command else DEFAULT_SHARD_SIZE
     k, n = (int(x) for x in str(entry.get("shard", "0/1")).split("/"))
@@ -63,6 +70,8 @@ def planned_files(entry: dict) -> list[str] | None:
 def migrate_line(line: str) -> str:
     """``line`` (one JSON object, no newline) with its ``files`` list added, if it lacks one."""
     entry = json.loads(line)
+    if not isinstance(entry, dict):
+        raise RecordsError(f"a {type(entry).__name__}, not a JSON object")
     if "files" in entry:
         return line
     files = planned_files(entry)
@@ -81,12 +90,17 @@ def migrate_store(store: Path) -> int:
     """Migrate every model's run log in ``store`` (each written via temp file and rename); lines changed."""
     changed = 0
     for path in sorted(store.glob(f"*/{RUNLOG_NAME}")):
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, RecordsError, "run log")  # a regular file, bounded
         lines = text.split("\n")  # the last element is what follows the final newline ("" normally)
-        try:
-            migrated = [migrate_line(x) if x.strip() else x for x in lines]
-        except (RecordsError, ValueError) as exc:
-            raise RecordsError(f"{path}: {exc}") from None
+        migrated = []
+        for number, line in enumerate(lines, start=1):
+            try:
+                migrated.append(migrate_line(line) if line.strip() else line)
+            except (RecordsError, ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+                # one line naming the line, for any damage: nothing of this log is written
+                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise RecordsError(f"{path}:{number}: not a run-log line this script can migrate ({reason}); "
+                                   "nothing of this log was written") from None
         n = sum(a != b for a, b in zip(lines, migrated))
         if n:
             atomic_write_text(path, "\n".join(migrated))

@@ -72,3 +72,69 @@ def test_a_deep_manifest_and_a_deep_frozen_prediction_are_one_line_through_their
     (tmp_path / "frozen.json").write_text(DEEP, encoding="utf-8")
     with pytest.raises(ConfigError, match="frozen prediction nests arrays or objects too deep"):
         read_prediction(tmp_path / "frozen.json")
+
+
+# --- issue 32 §3: only regular files, bounded, and never through a link out of a given folder ----
+
+
+def test_issue32_a_fifo_a_device_and_a_file_past_the_bound_are_one_line_each(tmp_path):
+    import os
+
+    from cube.files import read_bytes
+
+    fifo = tmp_path / "results.json"
+    os.mkfifo(fifo)  # no writer: the old read_text waited for one for ever
+    with pytest.raises(RecordsError, match=r"results\.json: the manifest is not a regular file \(a FIFO"):
+        read_json(fifo, RecordsError, "manifest")
+    with pytest.raises(ConfigError, match=r"^/dev/zero: the frozen prediction is not a regular file"):
+        read_json("/dev/zero", ConfigError, "frozen prediction")  # under a memory limit: MemoryError before
+    big = tmp_path / "big.json"
+    with open(big, "wb") as fh:
+        fh.truncate(2048)  # sparse: no disk used
+    with pytest.raises(ConfigError, match=r"the config is 2,048 bytes, more than the 1,024 cube reads"):
+        read_bytes(big, ConfigError, "config", max_bytes=1024)
+    assert len(read_bytes(big, ConfigError, "config", max_bytes=2048)) == 2048
+
+
+def test_issue32_a_link_out_of_the_given_folder_is_refused(tmp_path):
+    import os
+
+    (tmp_path / "outside.txt").write_text("x", encoding="utf-8")
+    folder = tmp_path / "given"
+    folder.mkdir()
+    (folder / "inside.txt").write_text("y", encoding="utf-8")
+    os.symlink(tmp_path / "outside.txt", folder / "link.txt")
+    os.symlink(folder / "inside.txt", folder / "ok.txt")
+    assert read_text(folder / "ok.txt", within=folder) == "y"  # a link inside the folder is fine
+    with pytest.raises(ConfigError, match=r"link\.txt: the file leads to .*outside\.txt, outside .*given"):
+        read_text(folder / "link.txt", within=folder)
+
+
+def test_issue32_loaders_under_a_memory_limit_refuse_dev_zero_in_one_line(tmp_path):
+    """MANIFEST.json, an OpenCompass config and `confirm --prediction` as /dev/zero gave MemoryError
+    under a memory limit (and grew without one): run in a child with a 1 GiB address-space limit."""
+    import os
+    import subprocess
+    import sys
+
+    from cube.config import REPO_ROOT
+
+    store = tmp_path / "store"
+    store.mkdir()
+    os.symlink("/dev/zero", store / "MANIFEST.json")
+    child = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
+        "from cube.cli import main\n"
+        "from cube.errors import CubeError\n"
+        "from cube.records.opencompass_import import read_config\n"
+        "try:\n    read_config(__import__('pathlib').Path('/dev/zero'))\nexcept CubeError as exc:\n    print(exc)\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    for argv in (["rescore", str(store)],
+                 ["confirm", str(REPO_ROOT / "data" / "records"), "--prediction", "/dev/zero"]):
+        done = subprocess.run([sys.executable, "-c", child, *argv], capture_output=True, text=True, cwd=REPO_ROOT,
+                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, timeout=300)
+        assert done.stdout.startswith("/dev/zero: the OpenCompass config is not a regular file"), done.stdout
+        err = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(err) == 1 and "is not a regular file" in err[0], done.stderr

@@ -42,7 +42,7 @@ import numpy as np
 
 from cube.checksums import sha256_bytes, sha256_file
 from cube.errors import HarnessImportError, WriteError
-from cube.files import parse_json, read_text
+from cube.files import check_within, parse_json, read_text
 from cube.protocol.items import Item, qhash
 from cube.protocol.label_sets import LabelSet, load_label_sets
 from cube.protocol.scorers import SCORERS, decide, option_distribution, tie_groups
@@ -100,6 +100,8 @@ def find_results(folder: str | Path) -> list[Path]:
     found = sorted(p for p in folder.rglob("results_*.json") if _RESULTS.match(p.name))
     if not found:
         raise HarnessImportError(f"{folder}: no results_*.json below it; not an lm_eval --output_path folder")
+    for path in found:
+        check_within(path, folder, HarnessImportError, "lm-eval results file")
     return found
 
 
@@ -136,7 +138,7 @@ def read_run(results_path: str | Path) -> LmEvalRun:
         if not isinstance(config, dict):
             raise HarnessImportError(f"{path}: task {name!r} has no logged configuration in 'configs'")
         samples = path.parent / f"samples_{name}_{stamp}.jsonl"
-        if not samples.is_file():
+        if not os.path.lexists(samples):  # present but no regular file: read_samples says what it is
             raise HarnessImportError(f"{samples}: missing; re-run lm_eval with --log_samples")
         try:
             shots = (results.get("n-shot") or {}).get(name, config.get("num_fewshot") or 0)
@@ -154,7 +156,9 @@ def read_run(results_path: str | Path) -> LmEvalRun:
 def read_samples(task: TaskRun) -> list[dict[str, Any]]:
     """The task's sample lines, one per doc; a line that is not JSON or lacks a field is an error."""
     out, seen = [], set()
-    lines = read_text(task.samples_path, HarnessImportError, "lm-eval samples file").splitlines()
+    # within the results file's folder, which find_results checked: a samples link out of it is refused
+    lines = read_text(task.samples_path, HarnessImportError, "lm-eval samples file",
+                      within=task.samples_path.parent).splitlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue

@@ -22,6 +22,7 @@ from typing import Any
 
 from cube.atomic import atomic_write_bytes, atomic_write_text
 from cube.checksums import sha256_file
+from cube.files import read_text
 from cube.errors import RecordsError
 from cube.records.schema import RUNLOG_NAME, SCHEMA_VERSION
 from cube.records.store import MANIFEST_NAME, config_differences, read_manifest
@@ -103,7 +104,7 @@ def plan_merge(out: Path, sources: Sequence[Path]) -> MergePlan:
         for store in [out, *sources]:
             log = store / model / RUNLOG
             if log.is_file():
-                for line in log.read_text(encoding="utf-8").splitlines():
+                for line in read_text(log, RecordsError, "run log").splitlines():
                     if line.strip() and line not in lines:
                         lines.append(line)
         if lines:

@@ -49,7 +49,7 @@ import numpy as np
 
 from cube.checksums import sha256_bytes, sha256_file
 from cube.errors import HarnessImportError
-from cube.files import read_text
+from cube.files import check_within, read_text
 from cube.protocol.items import Item, qhash
 from cube.protocol.tokenization import encode_ids
 from cube.records.lm_eval_import import _decide, _groups, _softmax, _tie_text
@@ -92,9 +92,10 @@ def _value(node: ast.AST) -> Any:
     raise _Unsupported(type(node).__name__)
 
 
-def read_config(path: Path) -> dict[str, Any]:
-    """The top-level names of a dumped OpenCompass config (those that are not plain data: None)."""
-    text = read_text(path, HarnessImportError, "OpenCompass config").removeprefix("\ufeff")  # an editor's BOM
+def read_config(path: Path, within: Path | None = None) -> dict[str, Any]:
+    """The top-level names of a dumped OpenCompass config (those that are not plain data: None);
+    ``within``: the run folder, which a link must not lead out of."""
+    text = read_text(path, HarnessImportError, "OpenCompass config", within=within).removeprefix("\ufeff")  # a BOM
     try:
         tree = ast.parse(text, filename=str(path))
     except SyntaxError as exc:
@@ -159,6 +160,8 @@ def find_runs(folder: str | Path) -> list[Path]:
     if not found:
         raise HarnessImportError(f"{folder}: no predictions/<model>/<dataset>.json below it; not an "
                                  "OpenCompass output folder")
+    for run in found:
+        check_within(run, folder, HarnessImportError, "OpenCompass run folder")
     return found
 
 
@@ -183,7 +186,7 @@ def read_run(folder: str | Path) -> OpenCompassRun:
         raise HarnessImportError(f"{folder / 'configs'}: no dumped config (*.py); OpenCompass writes one per "
                                  "run, and an import needs it to know how each dataset was scored")
     config_path = configs[-1]
-    config = read_config(config_path)
+    config = read_config(config_path, within=folder)
     models, datasets = config.get("models"), config.get("datasets")
     if not isinstance(models, list) or not isinstance(datasets, list) or not datasets:
         raise HarnessImportError(f"{config_path}: no 'models' and 'datasets' lists; not an OpenCompass config")
@@ -246,7 +249,8 @@ def _check_postprocessor(post: Any, abbr: str, where: Path) -> None:
 
 
 def _load_json(path: Path, what: str) -> Any:
-    text = read_text(path, HarnessImportError, f"OpenCompass {what} file")
+    # predictions/<model>/<dataset>.json and results/...: a link out of the run folder is refused
+    text = read_text(path, HarnessImportError, f"OpenCompass {what} file", within=path.parents[2])
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -131,7 +131,12 @@ def logged_files(entry: Mapping[str, Any]) -> list[str]:
     the runner does, which ``records`` must not import). A line of no harness run vouches for nothing.
     """
     if "files" in entry:
-        return [str(f) for f in entry["files"]]
+        files = entry["files"]
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            raise RecordsError(f"run log of {entry.get('model')!r}: a line's 'files' is "
+                               f"{type(files).__name__} {str(files)[:40]}, not a list of shard names "
+                               "(the log was edited or damaged; restore it from the run's own copy)")
+        return list(files)
     if isinstance(entry.get("n_items"), int) and entry.get("scorers"):
         raise RecordsError(f"run log of {entry.get('model')!r}: a line lists no files (it predates them); "
                            "give it its list once with scripts/migrate_run_logs.py STORE")

@@ -412,3 +412,22 @@ def test_issue32_a_config_with_a_byte_order_mark_reads_and_a_broken_one_names_it
     config.write_text(text[: len(text) // 2], encoding="utf-8")
     with pytest.raises(HarnessImportError, match=r"not a Python config file: line \d+: "):
         read_config(config)
+
+
+def test_issue32_links_out_of_the_folder_and_fifos_are_refused(tmp_path, items):
+    """Both importers followed symlinks out of the folder they were given (``../`` abbrs are refused for
+    that reason), and a FIFO hung the import."""
+    run = write_oc_run(tmp_path / "given", items, UIDS[:1], "ppl", ppls=[[1.0, 2.0, 3.0, 4.0]])
+    predictions = next((run / "predictions").rglob("*.json"))
+    outside = tmp_path / "elsewhere.json"
+    predictions.rename(outside)
+    os.symlink(outside, predictions)
+    with pytest.raises(HarnessImportError, match=r"OpenCompass predictions file leads to .*elsewhere.json, outside"):
+        _import(tmp_path / "given", items)
+    predictions.unlink()
+    outside.rename(predictions)
+    config = next((run / "configs").glob("*.py"))
+    config.unlink()
+    os.mkfifo(config)
+    with pytest.raises(HarnessImportError, match=r"OpenCompass config is not a regular file"):
+        _import(tmp_path / "given", items)

@@ -141,3 +141,37 @@ def test_the_zero_shot_sample_counts_neither_judgement_only_items_nor_5_shot_rec
     })
     assert zero_shot_sample_size(table) == 2
     assert sum(r["items"] for r in sample_by_subject(table)) == 4
+
+
+# --- issue 32 §3 and §5 ---------------------------------------------------------------------------
+
+
+def _store_with_log(tmp_path, line: str):
+    from cube.records.store import write_records
+    from tests.record_tables import record, table
+
+    store = tmp_path / "store"
+    write_records(store, table([record()]))
+    (store / "m1" / "runlog.jsonl").write_text(line + "\n", encoding="utf-8")
+    return store
+
+
+@pytest.mark.parametrize("files", ["5", "null", '"m1/part-00000.parquet"', "[5]"])
+def test_issue32_a_run_log_files_of_the_wrong_type_is_one_line(tmp_path, files):
+    """`"files": 5` or null was a TypeError traceback in every reader; a string was read letter by letter."""
+    from cube.records.store import read_records
+
+    store = _store_with_log(tmp_path, f'{{"model": "m1", "files": {files}}}')
+    with pytest.raises(RecordsError, match=r"run log of 'm1': a line's 'files' is .*, not a list of shard names") as caught:
+        read_records(store)
+    assert "\n" not in str(caught.value)
+
+
+def test_issue32_shards_the_log_vouches_for_but_the_store_lost_say_what_to_do(tmp_path):
+    """A merge killed before its manifest: the message named the cell but not the way out."""
+    from cube.records.store import read_records
+
+    store = _store_with_log(tmp_path, '{"model": "m1", "files": ["m1/label--c--00000.parquet"]}')
+    with pytest.raises(RecordsError, match=r"no longer lists them; if a `cube merge` into it was killed, run the same "
+                                           r"merge again .*else re-run the run's command"):
+        read_records(store)

@@ -533,3 +533,16 @@ def test_issue32_deleting_the_lock_file_during_a_run_lets_no_second_writer_in(tm
                                 timeout=120)
     assert second.returncode == 0, second.stderr
     assert "another process (pid unknown) is writing to this store" in second.stdout, second.stdout
+
+
+@pytest.mark.parametrize("field, value", [("n_items", 10**12), ("shard_size", 0), ("n_items", -1),
+                                          ("n_items", "30"), ("shard_size", True)])
+def test_issue32_an_absurd_cell_configuration_is_one_line(tmp_path, field, value):
+    """n_items 10**12 made every reader plan 10**12 shards (unfinished_cells never returned)."""
+    _harness_store(tmp_path)
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    manifest["cells"][CELL][field] = value
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
+    with pytest.raises(RecordsError, match=rf"cell '{CELL}' has {field} .*, not a whole number from") as caught:
+        read_records(tmp_path, allow_incomplete=True)
+    assert "\n" not in str(caught.value)

@@ -48,7 +48,7 @@ def test_a_line_whose_plan_disagrees_with_its_jobs_is_refused_and_nothing_writte
     log = store / "m1" / "runlog.jsonl"
     text = json.dumps(OLD) + "\n" + json.dumps({**OLD, "jobs_run": 3}) + "\n"
     log.write_text(text, encoding="utf-8")
-    with pytest.raises(RecordsError, match=r"m1/runlog.jsonl: run log of 'm1': a line's 9 planned shards"):
+    with pytest.raises(RecordsError, match=r"m1/runlog.jsonl:2: .*run log of 'm1': a line's 9 planned shards"):
         migrate.migrate_store(store)
     assert log.read_text(encoding="utf-8") == text
 
@@ -65,3 +65,22 @@ def test_the_archive_is_migrated_and_each_line_vouches_for_its_own_runs_shards(t
         for entry in read_run_logs(archive):
             files = logged_files(entry)
             assert len(files) == entry["jobs_run"] + entry["jobs_skipped"] and set(files) <= set(listed)
+
+
+@pytest.mark.parametrize("line, reason", [
+    ("[1, 2]", "a list, not a JSON object"),
+    ('{"model": "m1", "n_items": 1000000000000, "scorers": ["M1-seq"]}', "n_items 1000000000000"),  # a 10**12 tuple
+    ('{"model": "m1", "n_items": 5, "scorers": 5}', "'scorers' and 'cells' are not lists"),
+    ('{"model": "m1", "n_items": 5, "scorers": ["M1-seq"], "shard": "x"}', "not a run-log line"),
+    ("{not json", "not a run-log line"),
+])
+def test_issue32_a_bad_line_is_one_line_naming_it_and_nothing_is_written(tmp_path, line, reason):
+    store = tmp_path / "store"
+    (store / "m1").mkdir(parents=True)
+    log = store / "m1" / "runlog.jsonl"
+    text = json.dumps(OLD) + "\n" + line + "\n"
+    log.write_text(text, encoding="utf-8")
+    with pytest.raises(RecordsError, match=r"m1/runlog.jsonl:2: ") as caught:
+        migrate.migrate_store(store)
+    assert reason in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
+    assert log.read_text(encoding="utf-8") == text

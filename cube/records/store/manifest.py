@@ -27,6 +27,10 @@ from cube.records.store.layout import (
 )
 
 
+# The most items one cell may promise: C-Eval and CMMLU hold about 14,000 and 11,600 questions.
+MAX_CELL_ITEMS = 10_000_000
+
+
 def read_manifest(directory: str | Path) -> dict[str, Any]:
     """The store's manifest, checked for shape and schema version."""
     if Path(directory).exists() and not Path(directory).is_dir():
@@ -50,6 +54,14 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     cells = manifest.get("cells", {})
     if not isinstance(cells, dict) or not all(isinstance(c, dict) for c in cells.values()):
         raise RecordsError(f"{path}: 'cells' must map each cell to its configuration object")
+    for key, config in cells.items():
+        # every reader plans a cell's shards from these two: n_items 10**12 planned 10**12 shards
+        for name, low in (("n_items", 0), ("shard_size", 1)):
+            value = config.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not low <= value <= MAX_CELL_ITEMS):
+                raise RecordsError(f"{path}: cell {str(key)[:80]!r} has {name} {str(value)[:24]}, not a whole "
+                                   f"number from {low} to {MAX_CELL_ITEMS:,} (the manifest was edited or damaged)")
     incomplete = manifest.get("incomplete", [])
     if not isinstance(incomplete, list) or not all(isinstance(line, str) for line in incomplete):
         raise RecordsError(f"{path}: 'incomplete' must be a list of lines (the cells its source lacked)")

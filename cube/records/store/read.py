@@ -76,7 +76,9 @@ def read_records(
     if incomplete:
         raise RecordsError(
             f"{directory}: cells incomplete: {'; '.join(incomplete)}: the run log says they were "
-            "written, but the store no longer lists them"
+            "written, but the store no longer lists them; if a `cube merge` into it was killed, run the "
+            "same merge again (it completes it), else re-run the run's command on this store (it resumes "
+            "and writes them again)"
         )
     if allow_incomplete is None:
         allow_incomplete = os.environ.get(ALLOW_INCOMPLETE_ENV, "") == "1"
