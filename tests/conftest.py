@@ -128,3 +128,23 @@ def full_disk(tmp_path) -> Path:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def unique_short_option(cmmlu_items):
+    """(item uid, option) of an option of 5-8 normalised characters, all CJK, that no other option
+    of CMMLU's dev and test splits shares: issue 32 §4's plant, which the metadata rule let through
+    (it counted options of 12+ characters only). Picked at test time; never written anywhere."""
+    from collections import Counter
+
+    from cube.records.leakage import normalize_for_match
+
+    items = cmmlu_items(("dev", "test"))
+    counts = Counter(normalize_for_match(o)[0] for i in items for o in i.options)
+    for item in items:
+        for option in item.options:
+            norm = normalize_for_match(option)[0]
+            if 5 <= len(norm) <= 8 and counts[norm] == 1 and all("\u4e00" <= c <= "\u9fff" for c in norm) \
+                    and option.strip() == norm:
+                return item.uid, option.strip()
+    pytest.fail("no unique 5-8 character option in CMMLU")

@@ -131,7 +131,8 @@ def run_audit(args: argparse.Namespace) -> int:
             hit = found.hit
             print(
                 f"LEAK {path}:{found.row} uid={found.uid} field={found.column} offset={hit.offset} "
-                f"chars={hit.n_chars} kind={hit.kind} item={hit.item_uid}"
+                f"chars={hit.n_chars} kind={hit.kind}{f' encoding={hit.encoding}' if hit.encoding else ''} "
+                f"item={hit.item_uid}"
             )
         n_rows += parquet.metadata.num_rows
         n_fields += parquet.metadata.num_rows * len(columns)

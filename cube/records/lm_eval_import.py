@@ -717,29 +717,17 @@ def task_json(t: TaskImport, config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, Mapping):
-        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
-    if isinstance(value, (list, tuple)):
-        return [s for v in value for s in _strings(v)]
-    return []
-
-
 def check_metadata_clean(metadata: Mapping[str, Any], items: Sequence[Item]) -> None:
-    """Refuse a manifest that would quote the benchmark (e.g. fewshot samples inlined in a config)."""
-    from cube.records.leakage import audit_texts, build_index
+    """Refuse a manifest that would quote the benchmark (e.g. fewshot samples inlined in a config),
+    under the rules a generation is audited by (``cube.records.leakage.audit_metadata``)."""
+    from cube.records.leakage import audit_metadata, build_index
 
-    texts = _strings(metadata)
-    index = build_index(items)
-    # As the release audit treats identifiers: paths, hashes and model names share short options
-    # ("135m") by chance, so only question spans and phrases of near-copy length count here.
-    hits = audit_texts(texts, index, min_phrase_chars=index.near_min_chars)
+    texts, hits = audit_metadata(metadata, build_index(items))
     if hits:
+        encoded = f", {hits[0].encoding}" if hits[0].encoding else ""
         raise HarnessImportError(
-            f"the logged task configuration quotes benchmark text ({len(hits)} span(s), e.g. at "
-            f"offset {hits[0].offset} of a {len(texts[hits[0].text])}-character field); nothing written"
+            f"the logged task configuration quotes benchmark text ({len(hits)} span(s), e.g. a {hits[0].kind}"
+            f"{encoded} at offset {hits[0].offset} of a {len(texts[hits[0].text])}-character field); nothing written"
         )
 
 

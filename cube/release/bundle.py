@@ -53,6 +53,7 @@ from tqdm import tqdm
 from cube import __version__
 from cube.checksums import parse_sums, sha256_file, sums_text
 from cube.errors import CubeError, RecordsError, WriteError
+from cube.files import read_json
 from cube.models_config import ModelsConfig
 from cube.protocol.items import Item
 from cube.records import leakage
@@ -216,6 +217,15 @@ def build_bundle(
         manifest["records_metadata"] = metadata
     if incomplete:
         manifest["incomplete"] = incomplete
+    texts, meta_hits = leakage.audit_metadata(manifest, index)  # records_metadata: an import's configs
+    if meta_hits:
+        hit = meta_hits[0]
+        raise RecordsError(
+            f"{records}: refusing to build: the leakage audit finds {len(meta_hits)} hit(s) in the metadata "
+            f"{MANIFEST_NAME} would carry (first: a {hit.kind}{f', {hit.encoding}' if hit.encoding else ''} at "
+            f"offset {hit.offset} of a {len(texts[hit.text])}-character string, item {hit.item_uid}); the records' "
+            f"metadata quotes the benchmark (an imported config?)"
+        )
 
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -546,6 +556,18 @@ def _verify_folder(root: Path, items: Sequence[Item] | None, index) -> VerifyRep
         parquet, columns = open_parquet(path)
         for hit in audit_parquet(parquet, columns, index, str(path)):
             report.problems.append(f"{path}:{hit.row}: leak {describe_hit(hit)}")
+    # the manifests' free text (an import's logged configs) is audited as a generation is
+    for path in (root / MANIFEST_NAME, root / RECORDS_DIR / MANIFEST_NAME):
+        try:
+            texts, hits = leakage.audit_metadata(read_json(path, CubeError, "manifest"), index)
+        except CubeError as exc:
+            report.problems.append(str(exc))
+            continue
+        for hit in hits:
+            encoded = f" encoding={hit.encoding}" if hit.encoding else ""
+            report.problems.append(f"{path}: leak in string {hit.text} ({len(texts[hit.text])} characters) "
+                                   f"offset={hit.offset} chars={hit.n_chars} kind={hit.kind}{encoded} "
+                                   f"item={hit.item_uid}")
     return report
 
 

@@ -316,3 +316,35 @@ def test_issue32_an_allow_incomplete_bundle_says_so_to_verify_and_every_reader(t
     (out / "SHA256SUMS").write_text(sha256sums(out), encoding="utf-8")
     code, printed, _ = run_action(capsys, "verify", out)
     assert code == 1 and "incomplete [] does not match the records" in printed, printed
+
+
+def test_issue32_metadata_quoting_an_option_refuses_the_build_and_fails_verify(tmp_path, capsys, cmmlu_root,
+                                                                               some_items, unique_short_option):
+    """Issue 32 §4: a unique 5-8 character option in a store's metadata (an imported config) shipped in
+    the bundle's MANIFEST.json, and `release verify --items` said the leakage audit was clean."""
+    import json
+
+    from cube.records.store import write_records as write_store_records
+    from cube.release.bundle import sha256sums
+    from tests.record_tables import record, table
+
+    uid, option = unique_short_option
+    rows = [record(model="tiny-model", uid=i.uid, qhash=i.qhash, gold=i.answer, pred=1, scores=[-2.0, -0.5, -3.0, -4.0])
+            for i in some_items]
+    records = tmp_path / "records"
+    write_store_records(records, table(rows), metadata={"lm_eval": {"config": {"description": f"{option}。"}}})
+    out = tmp_path / "release" / "bundle"
+    code, printed, err = run_action(capsys, "build", records, "--out", out, "--items", cmmlu_root)
+    assert code == 2 and "in the metadata MANIFEST.json would carry" in err and err.count("\n") == 1, err
+    assert f"item {uid}" in err and not out.exists()
+
+    clean = tmp_path / "clean"
+    write_store_records(clean, table(rows))
+    code, printed, err = run_action(capsys, "build", clean, "--out", out, "--items", cmmlu_root)
+    assert code == 0, err
+    manifest = json.loads((out / "MANIFEST.json").read_text(encoding="utf-8"))
+    manifest["records_metadata"] = {"note": "".join(f"%{b:02X}" for b in option.encode())}  # %-encoded
+    (out / "MANIFEST.json").write_text(json.dumps(manifest, ensure_ascii=False), encoding="utf-8")
+    (out / "SHA256SUMS").write_text(sha256sums(out), encoding="utf-8")
+    code, printed, _ = run_action(capsys, "verify", out, "--items", cmmlu_root)
+    assert code == 1 and f"kind=option encoding=percent item={uid}" in printed, printed

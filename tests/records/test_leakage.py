@@ -791,3 +791,46 @@ def test_real_latex_options_are_caught_as_written_and_single_symbols_are_not(ite
               if len(naive_raw_form(o)[0]) >= leakage.RAW_MIN_OPTION_CHARS and len(normal(o)) == 1]
     assert single, "no single-symbol option as long as the raw minimum"
     assert audit_texts(["思考：" + sep + o + sep for o in single], index) == []
+
+
+# --- issue 32 §4: the encodings a harness's own files use, decoded before matching -----------------
+
+
+def _json_escaped(text: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" for c in text)
+
+
+def _percent(text: str) -> str:
+    from urllib.parse import quote
+
+    return quote(text)
+
+
+@pytest.mark.parametrize("encode, encoding", [(_json_escaped, "json-escape"), (_percent, "percent"),
+                                              (lambda t: t[::-1], "reversed")])
+def test_issue32_an_encoded_option_is_caught_where_it_is_written(index, by_uid, unique_short_option, sep, encode,
+                                                                 encoding):
+    """JSON \\uXXXX escapes, %-encoding and reversed text passed every channel."""
+    uid, option = unique_short_option
+    encoded = encode(option)
+    hits = audit_texts(["ok" + sep + encoded + sep + "end"], index)
+    assert [(h.kind, h.item_uid, h.encoding) for h in hits] == [("option", uid, encoding)], \
+        [(h.kind, h.encoding, h.offset, h.n_chars) for h in hits]
+    assert (hits[0].offset, hits[0].n_chars) == (3, len(encoded)), (hits[0].offset, hits[0].n_chars)
+    assert audit_texts(["ok" + sep + encoded + sep + "end"], index, decode=False) == []  # what it was before
+    item = by_uid[uid]
+    scrubbed = scrub("ok" + sep + encoded + sep + "end", item.question, item.options).text  # cut, too
+    assert audit_texts([scrubbed], index) == [], "scrubbed text still leaks"
+
+
+def test_issue32_metadata_is_audited_as_a_generation_is(index, unique_short_option):
+    """A unique 5-8 character option in an imported config passed (the rule counted 12+ characters);
+    identifiers keep the floor, as version numbers in prose do (4-character numbers are not counted)."""
+    from cube.records.leakage import audit_metadata
+
+    uid, option = unique_short_option
+    texts, hits = audit_metadata({"dataset": {"description": f"说明：{option}。", "path": "a/b/135m-x"}}, index)
+    assert [(h.kind, h.item_uid) for h in hits] == [("option", uid)], [(h.kind, h.offset) for h in hits]
+    texts, hits = audit_metadata({"note": _json_escaped(option), "n": 3}, index)
+    assert [(h.item_uid, h.encoding) for h in hits] == [(uid, "json-escape")], [(h.kind, h.offset) for h in hits]
+    assert audit_metadata({"provenance": "the GGUF part 2 0.2.0 holds the weights", "id": "2020-x"}, index)[1] == []

@@ -462,3 +462,18 @@ def test_issue32_files_that_never_end_and_links_out_are_one_line(tmp_path, items
         do_import(folder, all_items, tmp_path / "store")
     assert message in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
     assert not (tmp_path / "store").exists()
+
+
+def test_issue32_a_short_unique_option_in_the_logged_config_is_refused(tmp_path, items, all_items,
+                                                                       unique_short_option):
+    """Issue 32 §4: the metadata rule counted options of 12+ characters only, so a unique 5-8 character
+    option in a task's config imported; now also when JSON-escaped once more."""
+    from cube.records.lm_eval_import import check_metadata_clean
+
+    _, option = unique_short_option
+    for planted in (f"说明：{option}", "".join(f"\\u{ord(c):04x}" for c in option)):
+        folder = write_run(tmp_path / f"run{len(planted)}", items, config={"description": planted})
+        imported = import_runs([read_run(p) for p in find_results(folder)], all_items, None, None, None, None)
+        with pytest.raises(HarnessImportError, match=r"quotes benchmark text \(1 span\(s\), e.g. a option") as caught:
+            check_metadata_clean(imported.metadata, all_items)
+        assert "\n" not in str(caught.value)

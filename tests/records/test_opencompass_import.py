@@ -431,3 +431,17 @@ def test_issue32_links_out_of_the_folder_and_fifos_are_refused(tmp_path, items):
     os.mkfifo(config)
     with pytest.raises(HarnessImportError, match=r"OpenCompass config is not a regular file"):
         _import(tmp_path / "given", items)
+
+
+def test_issue32_a_short_unique_option_in_the_config_is_refused(tmp_path, items, unique_short_option):
+    """Issue 32 §4: a unique 5-8 character option planted in an OpenCompass config imported."""
+    from cube.records.lm_eval_import import check_metadata_clean
+
+    _, option = unique_short_option
+    run = write_oc_run(tmp_path, items, UIDS[:1], "ppl", ppls=[[1.0, 2.0, 3.0, 4.0]])
+    config = next((run / "configs").glob("*.py"))
+    config.write_text(config.read_text(encoding="utf-8").replace("abbr='cmmlu-", f"desc={option[::-1]!r}, abbr='cmmlu-", 1),
+                      encoding="utf-8")
+    imported = _import(tmp_path, items)
+    with pytest.raises(HarnessImportError, match=r"quotes benchmark text .*option, reversed"):
+        check_metadata_clean(imported.metadata, items)

@@ -120,6 +120,16 @@ characters; ``_char_classes``): a text without one reads the same in both forms,
 lookups already find its raw matches, unless the index has a raw window of such characters that
 is no normal window (a quote starting inside a LaTeX command: ``alpha...`` of ``\alpha...``),
 which ``build_index`` checks; then every text is read.
+
+Encodings (``audit.decoded_forms``): every text is also audited as JSON ``\\uXXXX`` escapes and
+%-encoding decode it (the escapes a harness's JSON, JSON-lines and URL fields hold, once more than
+their parsers undo) and reversed, each hit mapped back to the characters as written and named by
+its ``encoding``; a reversed text counts whole options from 5 normalised characters (a reversed
+ASCII formula of the archive matched a 4-character option by chance). Why: each encoding passed
+every channel (generation, imported config, bundle manifest) although it is the item's text to
+anyone who decodes it. Metadata (``audit_metadata``: an import's logged configuration, a
+bundle's MANIFEST.json) is audited as a generation is, except identifiers (ASCII without spaces:
+paths, hashes, names), which keep the near-copy minimum, and whole options from 5 characters.
 """
 
 from cube.records.leakage.rules import (
@@ -137,12 +147,12 @@ from cube.records.leakage.rules import (
 from cube.records.leakage.normal import _traditional_to_simplified, normalize_for_match, raw_form
 from cube.records.leakage.index import ItemText, LeakageIndex, RawForm, build_index
 from cube.records.leakage.near import _anchored_distance
-from cube.records.leakage.audit import Hit, TextHit, audit_records, audit_texts
+from cube.records.leakage.audit import Hit, TextHit, audit_metadata, audit_records, audit_texts
 from cube.records.leakage.scrubbing import ScrubResult, scrub
 
 __all__ = [
     "KINDS", "MARKER", "MIN_OPTION_CHARS", "MIN_QUESTION_CHARS", "NEAR_CHARS_PER_EDIT", "NEAR_MIN_CHARS",
     "RAW_MIN_OPTION_CHARS", "RAW_MIN_SYMBOLS", "STOCK_ITEMS", "WINDOW", "Hit", "ItemText", "LeakageIndex",
-    "RawForm", "ScrubResult", "TextHit", "audit_records", "audit_texts", "build_index", "normalize_for_match",
+    "RawForm", "ScrubResult", "TextHit", "audit_metadata", "audit_records", "audit_texts", "build_index", "normalize_for_match",
     "raw_form", "scrub",
 ]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Mapping
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -36,6 +38,7 @@ class TextHit:
     n_chars: int  # length of the leaked span in the original text
     kind: str  # one of KINDS
     item_uid: str  # an item whose question or option contains the span
+    encoding: str = ""  # "" as written; else the decoding that showed it (ENCODINGS)
 
 
 @dataclass(frozen=True)
@@ -50,12 +53,144 @@ class Hit:
     item_uid: str
 
 
-def audit_texts(texts: Sequence[str], index: LeakageIndex, min_phrase_chars: int = 0) -> list[TextHit]:
+def audit_texts(texts: Sequence[str], index: LeakageIndex, min_phrase_chars: int = 0,
+                decode: bool = True) -> list[TextHit]:
     """Every leaked span in ``texts``: one hit per maximal run of overlapping matches.
 
     ``min_phrase_chars`` raises the whole-phrase minimum for these texts only: identifiers (a
-    qhash, a model name) share short options such as "1949" by chance.
+    qhash, a model name) share short options such as "1949" by chance. ``decode``: also audit
+    each text as the encodings a harness's own files use would decode it (``decoded_forms``:
+    JSON ``\\uXXXX`` escapes, %-encoding, and the text reversed), each hit's span mapped back to
+    the characters of the text as written that encode it.
     """
+    hits = _audit_texts(texts, index, min_phrase_chars)
+    if not decode:
+        return hits
+    for reversed_ in (False, True):
+        variants: list[str] = []
+        owners: list[tuple[int, str, list[int], list[int]]] = []
+        for number, text in enumerate(texts):
+            for name, variant, starts, ends in decoded_forms(text):
+                if (name == "reversed") == reversed_:
+                    variants.append(variant)
+                    owners.append((number, name, starts, ends))
+        # reversed, short symbolic strings match by chance: measured on the archive's 2,285 distinct
+        # generations, one reversed ASCII formula matched another item's 4-character option
+        floor = max(min_phrase_chars, REVERSED_MIN_PHRASE_CHARS) if reversed_ else min_phrase_chars
+        for hit in _audit_texts(variants, index, floor) if variants else []:
+            number, name, starts, ends = owners[hit.text]
+            if name == "reversed":  # the span's first character is the last one written
+                n = len(texts[number])
+                start, end = n - hit.offset - hit.n_chars, n - hit.offset
+            else:
+                start, end = starts[hit.offset], ends[hit.offset + hit.n_chars - 1]
+            hits.append(TextHit(number, start, end - start, hit.kind, hit.item_uid, name))
+    return sorted(hits, key=lambda h: (h.text, h.offset))
+
+
+def metadata_texts(value: Any) -> list[str]:
+    """Every string of a JSON value (keys and values), depth first: a manifest's free text."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [s for k, v in value.items() for s in (*metadata_texts(k), *metadata_texts(v))]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in metadata_texts(v)]
+    return []
+
+
+# An ASCII string without spaces, escapes or %: a path, a hash, a model or task name, a number.
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_./:@+=,~#()\[\]-]*")
+
+
+def audit_metadata(value: Any, index: LeakageIndex) -> tuple[list[str], list[TextHit]]:
+    """The strings of ``value`` (an imported run's logged configuration, a manifest) and every
+    leak in them, under the rules a generation is audited by.
+
+    Why not a blanket 12-character floor (as before): a unique 5-8 character option planted in an
+    OpenCompass or lm-eval config passed the import, shipped in a bundle's MANIFEST.json and was
+    called clean by ``release verify --items``, while the same option in a generation was caught.
+    Only identifiers (``_IDENTIFIER``: paths, hashes, model names, which share short options such
+    as "135m" or "1949" by chance) keep the near-copy minimum; all other text, and every encoding
+    of it (``decoded_forms``), is audited as a generation is, whole options from
+    ``METADATA_MIN_PHRASE_CHARS`` (5) normalised characters: the 4-character ones are mostly years
+    and numbers, which prose with version numbers in it hits by chance (measured: "part 2 0.2.0"
+    in config/models.yaml's provenance note normalises to hold "2020", an option of CMMLU).
+    """
+    texts = metadata_texts(value)
+    ident = [k for k, t in enumerate(texts) if _IDENTIFIER.fullmatch(t)]
+    other = [k for k, t in enumerate(texts) if not _IDENTIFIER.fullmatch(t)]
+    hits = []
+    for chosen, floor in ((ident, index.near_min_chars), (other, METADATA_MIN_PHRASE_CHARS)):
+        for hit in audit_texts([texts[k] for k in chosen], index, floor) if chosen else []:
+            hits.append(TextHit(chosen[hit.text], hit.offset, hit.n_chars, hit.kind, hit.item_uid, hit.encoding))
+    return texts, sorted(hits, key=lambda h: (h.text, h.offset))
+
+
+REVERSED_MIN_PHRASE_CHARS = 5
+METADATA_MIN_PHRASE_CHARS = 5  # a whole option read backwards counts from 5 normalised characters
+
+
+ENCODINGS = ("json-escape", "percent", "reversed")
+_JSON_ESCAPE = re.compile(r"\\u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})|\\u([0-9a-fA-F]{4})")
+_PERCENT = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+
+
+def _decode_runs(text: str, pattern: re.Pattern, decode) -> tuple[str, list[int], list[int]]:
+    """``text`` with each match of ``pattern`` replaced by ``decode(match)``; for each character of
+    the result, the first and one-past-last index of what it came from in ``text``."""
+    out: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    at = 0
+    for match in pattern.finditer(text):
+        for k in range(at, match.start()):
+            out.append(text[k])
+            starts.append(k)
+            ends.append(k + 1)
+        decoded = decode(match)
+        out.append(decoded)
+        starts += [match.start()] * len(decoded)
+        ends += [match.end()] * len(decoded)
+        at = match.end()
+    for k in range(at, len(text)):
+        out.append(text[k])
+        starts.append(k)
+        ends.append(k + 1)
+    return "".join(out), starts, ends
+
+
+def _json_char(match: re.Match) -> str:
+    if match.group(3) is not None:
+        return chr(int(match.group(3), 16))
+    high, low = int(match.group(1), 16), int(match.group(2), 16)
+    return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
+
+
+def _percent_chars(match: re.Match) -> str:
+    return bytes.fromhex(match.group(0).replace("%", "")).decode("utf-8", "replace")
+
+
+def decoded_forms(text: str) -> list[tuple[str, str, list[int], list[int]]]:
+    """(encoding, decoded text, source starts, source ends; none for reversed) for each encoding ``text`` may hide
+    benchmark text in: JSON ``\\uXXXX`` escapes and %-encoding (what JSON, JSON-lines and URL
+    fields of lm-eval and OpenCompass files hold, escaped once more: the importers' parsers decode
+    one level only), and the text reversed. Why these: each passed every channel (a generation, an
+    imported config, a bundle's MANIFEST.json) although it is the item's text to anyone who reads
+    it back. Only texts holding an escape are decoded; every text of 4 characters or more is
+    also read reversed."""
+    forms = []
+    if "\\u" in text and _JSON_ESCAPE.search(text):
+        forms.append(("json-escape", *_decode_runs(text, _JSON_ESCAPE, _json_char)))
+    if "%" in text and _PERCENT.search(text):
+        forms.append(("percent", *_decode_runs(text, _PERCENT, _percent_chars)))
+    if len(text) >= 4:  # its map is arithmetic (audit_texts): no per-character lists
+        forms.append(("reversed", text[::-1], [], []))
+    return forms
+
+
+def _audit_texts(texts: Sequence[str], index: LeakageIndex, min_phrase_chars: int = 0) -> list[TextHit]:
+    """``audit_texts`` of the texts as written."""
     hits: list[TextHit] = []
     sizes = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
     total = np.cumsum(sizes)

@@ -266,5 +266,6 @@ def _as_text(value: str | bytes | None) -> str:
 
 def describe_hit(hit: RowHit) -> str:
     """One shareable line: where the leak is and whose text it is, never the text itself."""
+    encoded = f" encoding={hit.hit.encoding}" if hit.hit.encoding else ""
     return (f"uid={hit.uid} field={hit.column} offset={hit.hit.offset} chars={hit.hit.n_chars} "
-            f"kind={hit.hit.kind} item={hit.hit.item_uid}")
+            f"kind={hit.hit.kind}{encoded} item={hit.hit.item_uid}")
