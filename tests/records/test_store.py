@@ -546,3 +546,53 @@ def test_issue32_an_absurd_cell_configuration_is_one_line(tmp_path, field, value
     with pytest.raises(RecordsError, match=rf"cell '{CELL}' has {field} .*, not a whole number from") as caught:
         read_records(tmp_path, allow_incomplete=True)
     assert "\n" not in str(caught.value)
+
+
+def _rewrite_with_manifest(folder, name, table_):
+    """Rewrite a shard and its manifest entry together (a tool that 'fixed' it): sha256 and rows agree."""
+    path = folder / name
+    pq.write_table(table_, path)
+    manifest = json.loads((folder / MANIFEST_NAME).read_text())
+    manifest["files"][name] = {"sha256": sha256_file(path), "rows": table_.num_rows}
+    (folder / MANIFEST_NAME).write_text(json.dumps(manifest))
+
+
+def _damage(kind, shard: pa.Table) -> pa.Table:
+    meta = shard.schema.metadata
+    if kind == "no schema version":
+        return shard.replace_schema_metadata({})
+    if kind == "another schema version":
+        return shard.replace_schema_metadata({**meta, SCHEMA_METADATA_KEY: b"records-v0"})
+    if kind == "a column of another type":
+        i = shard.schema.get_field_index("shots")
+        return shard.set_column(i, pa.field("shots", pa.string()), pa.array(["0"] * shard.num_rows)).replace_schema_metadata(meta)
+    if kind == "a missing column":
+        return shard.drop_columns(["correct"]).replace_schema_metadata(meta)
+    if kind == "pred against its scores":
+        i = shard.schema.get_field_index("pred")
+        pred = [(p + 1) % 4 for p in shard.column("pred").to_pylist()]
+        return shard.set_column(i, shard.schema.field("pred"), pa.array(pred, pa.int8()))
+    if kind == "another model's records":
+        i = shard.schema.get_field_index("model")
+        return shard.set_column(i, shard.schema.field("model"), pa.array(["m2"] * shard.num_rows))
+    if kind == "a key twice":
+        return pa.concat_tables([shard.slice(0, shard.num_rows - 1), shard.slice(0, 1)])
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["no schema version", "another schema version", "a column of another type",
+                                  "a missing column", "pred against its scores", "another model's records",
+                                  "a key twice"])
+def test_issue32_a_resume_finds_the_schema_level_damage_the_readers_find(tmp_path, kind):
+    """Issue 32 §5: after each of these (shard and manifest entry rewritten together), resume said
+    "0 shards to run" while every reader refused the store, so the store never healed."""
+    from cube.harness.runner import resume_plan
+
+    spec = _harness_store(tmp_path, n_items=10, shard_size=5, chunks=range(2))
+    name = f"{CELL}--00000.parquet"
+    _rewrite_with_manifest(tmp_path, name, _damage(kind, pq.read_table(tmp_path / name)))
+    with pytest.raises(RecordsError):
+        read_records(tmp_path)  # what every reader says
+    plan = resume_plan(spec, tmp_path)
+    assert [j.chunk for j in plan.todo] == [0] and len(plan.broken) == 1, plan.broken
+    assert plan.broken[0].startswith(f"{tmp_path / name}: ") and plan.broken[0].endswith("; running it again")

@@ -180,8 +180,8 @@ def shard_problem(directory: str | Path, name: str, entry: Mapping[str, Any],
 
     A resume that trusted every listed, present file would keep a truncated or edited shard for
     good ("0 shards to run") while every reader refuses it. Checked: the file's sha256 against
-    the manifest, that Parquet can read its footer, and its rows against the manifest's entry and
-    against what its cell promises.
+    the manifest, that Parquet can read its footer, its rows against the manifest's entry and
+    against what its cell promises, and then every check a reader makes of one shard.
     """
     path = Path(directory) / name
     if not path.is_file():
@@ -197,6 +197,30 @@ def shard_problem(directory: str | Path, name: str, entry: Mapping[str, Any],
         return f"{rows} rows where the manifest lists {entry['rows']}"
     if expected_rows is not None and rows != expected_rows:
         return f"{rows} rows where its cell promises {expected_rows}"
+    return _reader_problem(path, name)
+
+
+def _reader_problem(path: Path, name: str) -> str | None:
+    """What a reader of the store would refuse in this one shard (schema, values, keys), or None.
+
+    A shard rewritten with its manifest entry (a wrong schema version, a column of another type, a
+    prediction its scores contradict, another model's records, a key twice) passed the sha256 and
+    rows checks, so a resume said "0 shards to run" while every reader refused the store, and it
+    never healed. So a resume makes the reader's own checks of each shard it would skip.
+    """
+    import numpy as np
+
+    from cube.errors import RecordsError
+    from cube.records.store.checks import _check_duplicates, _check_qhash_consistency, _check_values, _read_shard
+
+    try:
+        table = _read_shard(path, name, None)
+        _check_values(table, name)
+        rows = np.zeros(table.num_rows, dtype=np.int64)
+        _check_duplicates(table, rows, [name])
+        _check_qhash_consistency(table, rows, [name])
+    except RecordsError as exc:
+        return str(exc).removeprefix(f"{name}: ")
     return None
 
 @dataclass(frozen=True)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from cube.errors import RecordsError
 from cube.protocol.items import Item
@@ -280,3 +282,25 @@ def check_items(
             f"{where}: column qhash: uid {uid!r} has qhash {table.column('qhash')[row].as_py()!r} "
             f"but the item set in use has {expected[uid]!r} (different question text)"
         )
+
+
+def _read_shard(path: Path, name: str, columns: list[str] | None) -> pa.Table:
+    """One shard as a reader reads it: the schema checked from the footer, the model against its folder
+    (here beside the checks, so that a resume (``cells.shard_problem``) makes them too)."""
+    try:
+        parquet = pq.ParquetFile(path)
+        _check_schema(parquet.schema_arrow, name)
+        table = parquet.read(columns=columns)
+    except RecordsError:
+        raise
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RecordsError(
+            f"{name}: not a readable Parquet file, truncated or corrupt ({reason})"
+        ) from None
+    models = pc.unique(table.column("model")).to_pylist() if "model" in table.column_names else []
+    folder = name.split("/", 1)[0]
+    if any(m != folder for m in models):
+        other = next(m for m in models if m != folder)
+        raise RecordsError(f"{name}: column model holds {other!r} in the folder of {folder!r}")
+    return table

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from cube.checksums import sha256_file
@@ -23,29 +21,10 @@ from cube.records.store.checks import (
     _check_qhash_consistency,
     _check_schema,
     _check_values,
+    _read_shard,
     check_items,
 )
 from cube.records.store.cells import unfinished_cells
-
-
-def _read_shard(path: Path, name: str, columns: list[str] | None) -> pa.Table:
-    try:
-        parquet = pq.ParquetFile(path)
-        _check_schema(parquet.schema_arrow, name)
-        table = parquet.read(columns=columns)
-    except RecordsError:
-        raise
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise RecordsError(
-            f"{name}: not a readable Parquet file, truncated or corrupt ({reason})"
-        ) from None
-    models = pc.unique(table.column("model")).to_pylist() if "model" in table.column_names else []
-    folder = name.split("/", 1)[0]
-    if any(m != folder for m in models):
-        other = next(m for m in models if m != folder)
-        raise RecordsError(f"{name}: column model holds {other!r} in the folder of {folder!r}")
-    return table
 
 
 def read_records(
