@@ -449,6 +449,12 @@ def verify_bundle(
                 report.problems += _pair_problems(folder, bundle, (root / SUMS_NAME).read_bytes())
             return report
     if not bundle.is_dir():
+        moved = [p / "bundle" for p in leftovers(bundle) if p.suffix == ".old" and (p / "bundle").is_dir()]
+        if moved:  # a build killed (SIGKILL) between moving the old folder aside and renaming the new in
+            old = max(moved, key=lambda p: p.stat().st_mtime)
+            raise CubeError(f"bundle not found: {bundle}; a killed `cube release build --force` left the previous "
+                            f"bundle at {old}: move it back (mv {old} {bundle}) or run the build again, which "
+                            "puts it back first")
         raise CubeError(f"bundle not found: {bundle} (a bundle folder or its .tar.gz)")
     report = _verify_folder(bundle, items, index)
     tarball = tarball_path(bundle)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import tarfile
@@ -468,6 +469,12 @@ def test_sigkill_after_the_old_folder_moved_aside_is_undone_by_the_rerun(bench, 
     proc = killed_build(tmp_path, bench, bigger, first.bundle, "folder", "SIGKILL")
     assert proc.returncode == -9 and not first.bundle.exists(), proc.stderr[-2000:]
     assert release.verify_bundle(first.tarball).ok  # the old tarball, alone and whole
+    # issue 32 §5: verify of the folder said only "bundle not found"; it names where the old one is
+    moved = next(first.bundle.parent.glob(".bundle.*.old")) / "bundle"
+    with pytest.raises(CubeError, match=rf"killed `cube release build --force` left the previous bundle at "
+                                        rf"{re.escape(str(moved))}: move it back") as caught:
+        release.verify_bundle(first.bundle)
+    assert "\n" not in str(caught.value)
     again = release.build_bundle(bigger, first.bundle, bench.items, PREDICTION, index=bench.index, force=True)
     assert leftovers(first.bundle.parent) == ["bundle", "bundle.tar.gz"]
     assert release.verify_bundle(again.bundle).ok and release.verify_bundle(again.tarball).ok
