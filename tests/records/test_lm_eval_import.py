@@ -220,6 +220,40 @@ def _deep_sample(folder: Path) -> None:
     path.write_text("[" * 200_000 + "]" * 200_000 + "\n" + path.read_text(encoding="utf-8"), encoding="utf-8")
 
 
+# issue 32 §3: files that never end, and links out of the folder
+def _results_fifo(folder: Path) -> None:  # a FIFO hung the import for good
+    path = _results(folder)
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _samples_fifo(folder: Path) -> None:
+    path = _samples(folder)
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _results_link_out(folder: Path) -> None:  # the results file a link to one outside the folder
+    path = _results(folder)
+    outside = folder.parent / "elsewhere" / path.name
+    outside.parent.mkdir()
+    path.rename(outside)
+    os.symlink(outside, path)
+
+
+def _samples_link_out(folder: Path) -> None:
+    path = _samples(folder)
+    outside = folder.parent / "elsewhere.jsonl"
+    path.rename(outside)
+    os.symlink(outside, path)
+
+
+def _results_dev_zero(folder: Path) -> None:  # grew cube to 24 GB; refused as a link out, and as no file
+    path = _results(folder)
+    path.unlink()
+    os.symlink("/dev/zero", path)
+
+
 @pytest.mark.parametrize("spoil, message", [
     (_positive_loglikelihood, "doc 2: log-likelihood +5 is positive; a log-probability is at most 0"),
     (_boolean_loglikelihood, "doc 0: filtered_resps are not (log-likelihood, is_greedy) pairs of numbers"),
@@ -231,6 +265,11 @@ def _deep_sample(folder: Path) -> None:
     (_not_mcq, "output_type 'generate_until' is not multiple_choice"),
     (_no_config, "task 'mine' has no logged configuration in 'configs'"),
     (_unknown_item, "doc 1: question hash"),
+    (_results_fifo, "lm-eval results file is not a regular file (a FIFO, device or socket never ends)"),
+    (_samples_fifo, "lm-eval samples file is not a regular file"),
+    (_results_link_out, "outside"),
+    (_samples_link_out, "outside"),
+    (_results_dev_zero, "leads to /dev/zero, outside"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, items, all_items, spoil, message):
     folder = write_run(tmp_path / "run", items)
@@ -410,58 +449,6 @@ def test_real_lm_eval_run_imports_to_cube_log_likelihoods(tmp_path, benchmarks_r
 
     code = cli.main(["release", "audit", str(store), "--items", str(benchmarks_root / "cmmlu")])
     assert code == 0 and "leakage audit clean" in capsys.readouterr().out
-
-
-# ---- issue 32 §3: files that never end, and links out of the folder --------------------------------
-
-
-def _results_fifo(folder: Path) -> None:  # a FIFO hung the import for good
-    path = _results(folder)
-    path.unlink()
-    os.mkfifo(path)
-
-
-def _samples_fifo(folder: Path) -> None:
-    path = _samples(folder)
-    path.unlink()
-    os.mkfifo(path)
-
-
-def _results_link_out(folder: Path) -> None:  # the results file a link to one outside the folder
-    path = _results(folder)
-    outside = folder.parent / "elsewhere" / path.name
-    outside.parent.mkdir()
-    path.rename(outside)
-    os.symlink(outside, path)
-
-
-def _samples_link_out(folder: Path) -> None:
-    path = _samples(folder)
-    outside = folder.parent / "elsewhere.jsonl"
-    path.rename(outside)
-    os.symlink(outside, path)
-
-
-def _results_dev_zero(folder: Path) -> None:  # grew cube to 24 GB; refused as a link out, and as no file
-    path = _results(folder)
-    path.unlink()
-    os.symlink("/dev/zero", path)
-
-
-@pytest.mark.parametrize("spoil, message", [
-    (_results_fifo, "lm-eval results file is not a regular file (a FIFO, device or socket never ends)"),
-    (_samples_fifo, "lm-eval samples file is not a regular file"),
-    (_results_link_out, "outside"),
-    (_samples_link_out, "outside"),
-    (_results_dev_zero, "leads to /dev/zero, outside"),
-])
-def test_issue32_files_that_never_end_and_links_out_are_one_line(tmp_path, items, all_items, spoil, message):
-    folder = write_run(tmp_path / "run", items)
-    spoil(folder)
-    with pytest.raises(HarnessImportError) as caught:
-        do_import(folder, all_items, tmp_path / "store")
-    assert message in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
-    assert not (tmp_path / "store").exists()
 
 
 def test_issue32_a_short_unique_option_in_the_logged_config_is_refused(tmp_path, items, all_items,

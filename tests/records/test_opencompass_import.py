@@ -363,19 +363,24 @@ def test_issue32_options_not_the_items_are_refused(tmp_path, items, mode, how):
         _import(tmp_path, items)
 
 
-def test_issue32_label_prompts_of_different_questions_are_refused(tmp_path, items):
-    """Four label prompts of four different questions made one record of the first one's item."""
+@pytest.mark.parametrize("how, needle", [("four questions", "options are not item"),
+                                         ("0-shot prompts", "asks for 5-shot prompts, but the prompt holds 0")])
+def test_issue32_label_prompts_not_of_one_item_and_the_configs_shots_are_refused(tmp_path, items, how, needle):
+    """Four label prompts of four different questions made one record of the first one's item; a
+    5-shot config over 0-shot prompts imported, its records saying 5-shot."""
+    item = _item(items, UIDS[0])
     run = write_oc_run(tmp_path, items, UIDS[:1], "ppl", ppls=[[1.0, 2.0, 3.0, 4.0]])
-    subject = _item(items, UIDS[0]).subject
-    others = [i for i in items if i.subject == subject and i.split == "test"][1:4]
-    shots = _shots(items, subject)
+    others = [i for i in items if i.subject == item.subject and i.split == "test"][1:4]
+    shots = _shots(items, item.subject)
+    prompts = ({label: cmmlu_prompt(other, shots, label) for label, other in zip(LABELS[1:], others)}
+               if how == "four questions" else {label: cmmlu_prompt(item, [], label) for label in LABELS})
 
     def change(data):
-        for label, other in zip(LABELS[1:], others):
-            data["0"][f"label: {label}"]["prompt"] = cmmlu_prompt(other, shots, label)
+        for label, prompt in prompts.items():
+            data["0"][f"label: {label}"]["prompt"] = prompt
 
     _edit(next((run / "predictions").rglob("*.json")), change)
-    with pytest.raises(HarnessImportError, match="options are not item"):
+    with pytest.raises(HarnessImportError, match=needle):
         _import(tmp_path, items)
 
 
@@ -386,20 +391,6 @@ def test_issue32_a_test_range_the_predictions_do_not_fill_is_refused(tmp_path, i
     config.write_text(config.read_text(encoding="utf-8").replace(f"test_range='[{row}:{row + 1}]'",
                                                                  f"test_range='[{row}:{row + 4}]'"), encoding="utf-8")
     with pytest.raises(HarnessImportError, match=r"1 prediction\(s\), but the config's test_range .* selects 4 row"):
-        _import(tmp_path, items)
-
-
-def test_issue32_a_shots_mismatch_between_config_and_prompts_is_refused(tmp_path, items):
-    """A 5-shot config over 0-shot prompts imported, its records saying 5-shot."""
-    item = _item(items, UIDS[0])
-    run = write_oc_run(tmp_path, items, UIDS[:1], "ppl", ppls=[[1.0, 2.0, 3.0, 4.0]])
-
-    def change(data):
-        for label in LABELS:
-            data["0"][f"label: {label}"]["prompt"] = cmmlu_prompt(item, [], label)
-
-    _edit(next((run / "predictions").rglob("*.json")), change)
-    with pytest.raises(HarnessImportError, match="asks for 5-shot prompts, but the prompt holds 0"):
         _import(tmp_path, items)
 
 
