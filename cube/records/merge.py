@@ -79,6 +79,8 @@ def plan_merge(out: Path, sources: Sequence[Path]) -> MergePlan:
         elif plan.manifest["synthetic"] != synthetic:
             raise RecordsError(f"{store / MANIFEST_NAME}: cannot merge simulated records with real ones")
         _merged_metadata(plan.manifest["metadata"], manifest.get("metadata") or {}, store)
+        if manifest.get("incomplete"):  # a copy of an incomplete store (a bundle's records) stays marked
+            plan.manifest["incomplete"] = sorted({*plan.manifest.get("incomplete", []), *manifest["incomplete"]})
         for cell, config in sorted((manifest.get("cells") or {}).items()):
             known = plan.manifest["cells"].setdefault(cell, config)
             if known != config:  # the shards' sha256s may agree so far, their configurations do not

@@ -298,6 +298,9 @@ def test_issue32_an_allow_incomplete_bundle_says_so_to_verify_and_every_reader(t
     code = main(["rescore", str(out / "records"), "--allow-incomplete"])  # an unknown argument before
     printed, err = capsys.readouterr()
     assert code == 0 and needle in printed, err
+    code = main(["rescore", str(out)])  # the bundle itself: "manifest has no 'files' object" before
+    printed, err = capsys.readouterr()
+    assert code == 2 and f"is a release bundle, not a records store: its records are {out / 'records'}" in err, err
 
     prediction = REPO_ROOT / "data" / "predictions" / "audit_frozen.json"
     confirm = ["confirm", str(out / "records"), "--prediction", str(prediction), "--family", "tiny-model=qwen3"]

@@ -121,3 +121,22 @@ def test_cells_written_under_different_configurations_are_not_merged(tmp_path):
     assert sorted(read_manifest(tmp_path / "ab")["cells"]) == [cloze, label]
     with pytest.raises(RecordsError, match=r"cell m1/cloze--cloze was written under different .*seed 0 -> 1"):
         plan_merge(tmp_path / "out", [tmp_path / "a", tmp_path / "c"])
+
+
+def test_issue32_a_merge_keeps_an_incomplete_mark(tmp_path):
+    """A bundle's records built with --allow-incomplete carry the lines of the cells they lacked;
+    merged with another store, the mark must not be dropped (every reader repeats it)."""
+    import json
+
+    from cube.records.store import read_manifest, unfinished_cells
+
+    write_run(tmp_path / "a", (0, 2))
+    write_run(tmp_path / "b", (1, 2))
+    manifest = json.loads((tmp_path / "a" / MANIFEST_NAME).read_text())
+    manifest["incomplete"] = ["m1/label--x: 1 of 2 shards, 5 of 10 items (missing e.g. m1/label--x--00001.parquet)"]
+    (tmp_path / "a" / MANIFEST_NAME).write_text(json.dumps(manifest))
+    merge_runs(tmp_path / "out", [tmp_path / "a", tmp_path / "b"], progress=False)
+    assert unfinished_cells(read_manifest(tmp_path / "out")) == [
+        "marked incomplete when written: " + manifest["incomplete"][0]]
+    with pytest.raises(RecordsError, match="incomplete store: marked incomplete when written"):
+        read_records(tmp_path / "out")

@@ -39,6 +39,9 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     if not path.exists():
         raise RecordsError(f"{path}: no manifest; not a records store")
     manifest = read_json(path, RecordsError, "manifest")
+    if isinstance(manifest, dict) and "bundle_schema" in manifest and "files" not in manifest:
+        raise RecordsError(f"{directory} is a release bundle, not a records store: its records are "
+                           f"{Path(directory) / 'records'} (check the bundle with `cube release verify {directory}`)")
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
         raise RecordsError(f"{path}: manifest has no 'files' object")
     version = manifest.get("schema_version")
