@@ -176,29 +176,26 @@ def _store_entry(name: str, gguf_sha256: str, make) -> Path:
     return final
 
 
-def load_model(model: str, dtype: str = "bfloat16", device: str = "cpu"):
-    """Load ``--model SPEC``: ``(transformers model in eval mode, tokenizers.Tokenizer)``.
+def load_model(model, dtype: str = "bfloat16", device: str = "cpu"):
+    """Load a model: ``(transformers model in eval mode, tokenizers.Tokenizer)``.
 
-    The folder is the spec's (``cube.harness.model_spec``): a demo model's or a GGUF's verified
-    store entry, a local folder, a hub snapshot. The tokenizer is the spec's too, the one the
-    run's audit read (a demo model's: ``model_tokenizer``, from the same GGUF header), so the
-    harness scores exactly the tokens the audit predicted on. Weights too large for the memory
-    there is are one line here, before transformers reads them.
+    ``model``: a demo model's name, or a parsed ``--model SPEC`` (``cube.harness.model_spec.ModelSpec``:
+    a demo model's or a GGUF's verified store entry, a local folder, a hub snapshot). The tokenizer
+    is the spec's, the one the run's audit read (a demo model's: ``model_tokenizer``, from the same
+    GGUF header), so the harness scores exactly the tokens the audit predicted on.
     """
     from transformers import AutoModelForCausalLM
 
-    from cube.harness.model_spec import check_fits, parameter_count, parse_model
-
     torch_dtype = _torch_dtype(dtype)
-    spec = parse_model(model) if isinstance(model, str) else model
-    path = spec.folder()
-    check_fits(spec.name, parameter_count(path), dtype, device)
+    if isinstance(model, str):
+        path, trust, tokenizer = ensure_model(model), False, (lambda: model_tokenizer(model_source(model)))
+    else:
+        path, trust, tokenizer = model.folder(), model.trust_remote_code, model.tokenizer
     # Only the folder: no Hub lookups, never a pickled checkpoint, no repository code unless opted in.
     loaded = AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch_dtype, local_files_only=True, use_safetensors=True,
-        trust_remote_code=spec.trust_remote_code,
+        path, dtype=torch_dtype, local_files_only=True, use_safetensors=True, trust_remote_code=trust,
     ).to(device).eval()
-    return loaded, spec.tokenizer()
+    return loaded, tokenizer()
 
 
 def model_tokenizer(source: ModelSource):

@@ -276,7 +276,7 @@ def audit_run_cells(tokenizer: Encoder, model: str, label_sets: list[LabelSet], 
 def format_run_audit(model: str, cells: list[RunCellAudit]) -> str:
     """The lines ``cube run`` prints before the weights load, and ``cube audit --model`` prints."""
     n_degen = sum(c.cell.degenerate for c in cells)
-    head = f"audit of {model}'s tokenizer: {len(cells)} cells, {n_degen} DEGEN"
+    head = f"audit of {model}'s tokenizer: {len(cells)} cell{'' if len(cells) == 1 else 's'}, {n_degen} DEGEN"
     return "\n".join([head] + [f"  {c.line()}" for c in cells]) + "\n"
 
 
