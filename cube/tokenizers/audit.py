@@ -10,6 +10,7 @@ frozen (``--freeze``) and later confirmed on real records.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 import json
 import re
 from dataclasses import asdict, dataclass, field, replace
@@ -280,21 +281,24 @@ def format_run_audit(model: str, cells: list[RunCellAudit]) -> str:
     return "\n".join([head] + [f"  {c.line()}" for c in cells]) + "\n"
 
 
-def run_prediction(model: str, logged: list[dict]) -> dict:
-    """A run's logged audit as a prediction document (family = the model), for ``cube confirm``.
+def run_prediction(logged: Mapping[str, list[dict]]) -> dict:
+    """The audits runs logged (model -> its logged cells) as one prediction document whose
+    families are the models, for ``cube confirm --run-audit``.
 
-    Shots do not change which first tokens the labels have in the audit's prompt; confirm pools
-    them, so a (label set, context) cell takes its cells' one verdict (a disagreement is kept as
-    the first shots' verdict and the rest reported by confirm as mismatches)."""
+    Shots do not change which first token a label starts with after the cue, and confirm pools
+    them, so a (label set, context) cell takes the verdict of its fewest shots."""
     cells, label_sets, contexts = {}, {}, {}
-    for entry in logged:
-        key = (entry["label_set"], entry["context"])
-        label_sets[entry["label_set"]] = [lt["label"] for lt in entry["labels"]]
-        contexts[entry["context"]] = {}
-        if key not in cells:
-            cells[key] = {k: entry[k] for k in ("context", "verdict", "collision", "collision_groups",
-                                                  "boundary_merge", "labels", "label_set")} | {"family": model}
-    return {"schema": SCHEMA, "label_sets": label_sets, "contexts": contexts, "sources": {model: {"spec": "run log"}},
+    for model, entries in logged.items():
+        for entry in sorted(entries, key=lambda e: e["shots"]):
+            key = (model, entry["label_set"], entry["context"])
+            label_sets[entry["label_set"]] = [lt["label"] for lt in entry["labels"]]
+            contexts[entry["context"]] = {}
+            if key not in cells:
+                cells[key] = {k: entry[k] for k in ("label_set", "context", "verdict", "collision",
+                                                      "collision_groups", "boundary_merge", "labels")}
+                cells[key]["family"] = model
+    return {"schema": SCHEMA, "label_sets": label_sets, "contexts": contexts,
+            "sources": {model: {"spec": "the audit its cube run logged"} for model in logged},
             "skipped": {}, "cells": list(cells.values())}
 
 

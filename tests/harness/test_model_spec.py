@@ -128,6 +128,9 @@ def test_a_folder_runs_audits_first_and_a_changed_weight_file_refuses_the_resume
     assert [(c["label_set"], c["verdict"]) for c in log["audit"]] == [("L1_halfwidth", "max1tok"), ("L4_circled", "DEGEN")]
     cells = read_manifest(out)["cells"]
     assert all(c["model_sha256"] == identity.digest and c["model_files"] == dict(identity.files) for c in cells.values())
+    # the run's own records confirm the prediction its audit made before the weights loaded
+    assert main(["confirm", str(out), "--run-audit"]) == 0
+    assert "2/2 confirmed" in capsys.readouterr().out
 
     # the weights change (one more value in the file): a resume with more items is refused naming it
     import torch
@@ -273,3 +276,30 @@ def test_a_demo_model_its_copied_folder_and_its_gguf_score_byte_identical_record
             for label, store in stores.items()}
     assert logs["name"]["model_sha256"] == logs["gguf"]["model_sha256"] == source.gguf_sha256
     assert logs["folder"]["model_sha256"] == folder_identity(copy).digest != source.gguf_sha256
+
+
+# ---- the typed settings, older run logs read through them ---------------------------------------
+
+def test_an_archived_run_log_line_reads_as_typed_settings():
+    """Lines from before issue 37 have no model_files, model_source or audit: they read as None/empty."""
+    from cube.harness.run_config import RunSettings
+
+    path = REPO_ROOT / "data" / "records" / DEMO / "runlog.jsonl"
+    entry = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    settings = RunSettings.from_log(entry)
+    assert (settings.model_sha256, settings.dtype, settings.seed, settings.sample) == (
+        entry["model_sha256"], entry["dtype"], entry["seed"], entry["sample"])
+    assert settings.model_files is None and settings.model_source is None and settings.audit == ()
+    assert settings.config is not None and settings.config.model == DEMO  # rebuilt from the logged cells
+    assert "model_files" not in settings.recorded()  # a demo model's cells record what they did before
+
+
+def test_settings_round_trip_through_the_run_log():
+    from cube.harness.run_config import RunConfig, RunSettings
+
+    settings = RunSettings(benchmark="cmmlu", split="test", seed=3, subjects=("anatomy",), model_sha256="ab" * 32,
+                           model_files=(("config.json", "cd" * 32),), model_source="folder /m", dtype="float32",
+                           dtype_reason="requested", backend="hf", device="cpu", config=RunConfig(model="/m"))
+    logged = json.loads(json.dumps(settings.to_log()))
+    assert logged["model_files"] == {"config.json": "cd" * 32} and logged["subjects"] == ["anatomy"]
+    assert RunSettings.from_log(logged) == settings
