@@ -105,14 +105,16 @@ def run(args: argparse.Namespace) -> int:
     config = RunConfig.from_cli(args)  # the arguments, checked once, as one typed object
     model = parse_model(config.model, config.trust_remote_code)
     spec = build(config, model)  # every setting is checked, every prompt tried, every cell audited: before a model loads
-    print(format_run_audit(spec.model, list(spec.settings.audit)), end="", file=sys.stderr)
-    for line in degenerate_warnings(spec):
-        print(f"WARNING: {line}", file=sys.stderr)
     with writer_lock(config.out):  # one writer per store, from the resume check to the run log
         create_store(config.out)  # at once, so that the folder reads as a store (check_out) from now on
         plan = resume_plan(spec, config.out)  # the store's recorded configuration, each done shard re-checked
         for line in plan.broken:
             print(line, file=sys.stderr)
+        # the audit made before the weights load; printed once the store has taken the run, so
+        # that a refused run is its one error line
+        print(format_run_audit(spec.model, list(spec.settings.audit)), end="", file=sys.stderr)
+        for line in degenerate_warnings(spec):
+            print(f"WARNING: {line}", file=sys.stderr)
         dtype = spec.settings.dtype
         print(f"{spec.model}: {len(spec.items)} items x {len(spec.cells)} cells, {len(plan.todo)} shards to run, "
               f"{plan.done} already done (config {spec.config_hash()}); {dtype} ({spec.settings.dtype_reason}); "
