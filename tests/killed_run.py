@@ -18,6 +18,7 @@ class Killed(Exception):
 
 
 def killed_run_spec(benchmarks_root: Path):
+    from cube.harness.run_config import RunSettings
     from cube.harness.runner import RunSpec
     from cube.protocol.items import load_cmmlu, stratified_sample
     from cube.protocol.label_sets import load_label_sets
@@ -27,8 +28,8 @@ def killed_run_spec(benchmarks_root: Path):
     cell = Cell(load_label_sets()["L1_halfwidth"], "zh_cue", 0)
     return RunSpec(model="tiny", items=items, cells=(cell,), scorers=("M1-seq", "M1-strict"),
                    shard_size=SHARD_SIZE, batch_size=8,
-                   extra={"benchmark": "cmmlu", "split": "test", "sample": N_ITEMS, "seed": 0,
-                          "dtype": "float32", "backend": "hf"})
+                   settings=RunSettings(benchmark="cmmlu", split="test", sample=N_ITEMS, seed=0, dtype="float32",
+                                        backend="hf"))
 
 
 def killed_run(out: Path, benchmarks_root: Path, model, tokenizer, finished: int | None = FINISHED):

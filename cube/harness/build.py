@@ -12,8 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from cube.errors import ConfigError
-from cube.harness.run_config import RunConfig
+from cube.harness.run_config import RunConfig, RunSettings
 from cube.harness.runner import GENERATION_SCORERS, RunSpec, preflight
+
+# The scorers that read only each label's first token: on a DEGEN cell their scores are a tie-break.
+FIRST_TOKEN_SCORERS = ("M1-strict",)
 
 
 def check_contexts(contexts: tuple[str, ...]) -> None:
@@ -23,14 +26,20 @@ def check_contexts(contexts: tuple[str, ...]) -> None:
     load_contexts(contexts)
 
 
-def build_spec(config: RunConfig) -> RunSpec:
+def build_spec(config: RunConfig, model=None) -> RunSpec:
     """The ``RunSpec`` of ``config``: its items drawn, its cells built, every prompt tried.
 
     Errors come in the order a user makes them: the arguments (``RunConfig`` itself), the device,
-    the model name and the config files first, the benchmark data last, so that fixing the data
-    never reveals a typo the run already had. Nothing here loads a model.
+    the model spec and the config files first, the benchmark data last, so that fixing the data
+    never reveals a typo the run already had. ``model``: ``config.model`` already parsed
+    (``cube.harness.model_spec.parse_model``), so that the backend reuses what was hashed and
+    read here. Then the model's files are hashed (its identity),
+    its size is held against the memory there is, and every cell is audited on its tokenizer
+    (``RunSettings.audit``; under ``strict_audit`` a first-token scorer on a DEGEN cell is an
+    error). Nothing here loads weights; a demo or GGUF model may be converted once, an hf: one
+    downloaded once.
     """
-    from cube.harness.models import model_source
+    from cube.harness.model_spec import check_fits, parameter_count, parse_model
     from cube.harness.precision import check_device, choose_dtype
     from cube.protocol.items import default_benchmark_root, load_items, stratified_sample
     from cube.protocol.label_sets import select_label_sets
@@ -38,7 +47,8 @@ def build_spec(config: RunConfig) -> RunSpec:
     from cube.records.leakage import build_index
 
     check_device(config.device)  # before items and the model load (torch's own errors are tracebacks)
-    model_sha256 = model_source(config.model).gguf_sha256  # an unknown model fails here, not at load
+    if model is None:
+        model = parse_model(config.model, config.trust_remote_code)  # a bad SPEC fails here, not at load
     check_contexts(config.contexts)
     label_sets = select_label_sets(list(config.label_sets))
     cells = [Cell(ls, ctx, n, order) for ls in label_sets for ctx in config.contexts
@@ -59,18 +69,53 @@ def build_spec(config: RunConfig) -> RunSpec:
         splits = [s for s in ("dev", "val", "test") if (Path(root) / s).is_dir()]
         index = build_index(load_items(config.benchmark, root, splits=splits))
     precision = choose_dtype(config.dtype, config.device)
+    identity = model.identity()  # hashed in full: the folder's files, or the GGUF file
+    if model.kind in ("folder", "hub"):  # a demo or GGUF model's folder is checked once converted (load_model)
+        check_fits(model.name, parameter_count(model.folder()), precision.dtype, config.device)
     spec = RunSpec(
-        model=config.model, items=tuple(items), cells=tuple(cells), scorers=tuple(config.scorers),
+        model=model.name, items=tuple(items), cells=tuple(cells), scorers=tuple(config.scorers),
         leakage_index=index, dev_items=tuple(dev), shard_size=config.shard_size, batch_size=config.batch_size,
         shard=config.shard, max_new_tokens=config.max_new_tokens,
-        # The settings the cell configurations record (RECORDED_SETTINGS) and the run log carries.
-        extra={"benchmark": config.benchmark, "split": config.split, "sample": config.sample,
-               "within": config.within, "seed": config.seed, "subjects": subjects, "model_sha256": model_sha256,
-               "device": config.device, "dtype": precision.dtype, "dtype_reason": precision.reason,
-               "backend": config.backend, "command": config.command_line(), "config": config.to_log()},
+        settings=RunSettings(
+            benchmark=config.benchmark, split=config.split, sample=config.sample, within=config.within,
+            seed=config.seed, subjects=subjects, model_sha256=identity.digest, model_files=identity.files,
+            model_source=model.described, device=config.device, dtype=precision.dtype,
+            dtype_reason=precision.reason, backend=config.backend, config=config,
+            audit=tuple(audit_cells(model, label_sets, config)),
+        ),
     )
     preflight(spec)  # every prompt the run will build: shots, orders, label sets, names
+    strict_audit(spec, config.strict_audit)
     return spec
 
 
-__all__ = ["build_spec", "check_contexts"]
+def audit_cells(model, label_sets, config: RunConfig) -> list:
+    """Every (label set x answer context x shots) cell on the tokenizer the run scores with,
+    before any weights load: the same cells ``cube audit --model`` prints."""
+    from cube.protocol.prompts import load_contexts
+    from cube.tokenizers.audit import audit_run_cells
+
+    return audit_run_cells(model.tokenizer(), model.name, label_sets, load_contexts(config.contexts),
+                           sorted(set(config.shots)))
+
+
+def degenerate_warnings(spec: RunSpec) -> list[str]:
+    """One line per DEGEN cell a first-token scorer is asked to score: its scores are a tie-break."""
+    scorers = [s for s in spec.scorers if s in FIRST_TOKEN_SCORERS]
+    if not scorers:
+        return []
+    return [f"{'/'.join(scorers)} on DEGEN cell {cell.key} of {spec.model}: {cell.line().split(': ', 1)[1]}; "
+            "its first-token scores tie by construction, so its predictions there are the tie-break (first "
+            "option), not the model (recorded as tied; M1-seq scores the whole label)"
+            for cell in spec.settings.audit if cell.cell.degenerate]
+
+
+def strict_audit(spec: RunSpec, strict: bool) -> None:
+    """Under ``--strict-audit``, a first-token scorer on a DEGEN cell fails the run before it starts."""
+    warnings = degenerate_warnings(spec)
+    if strict and warnings:
+        raise ConfigError(f"--strict-audit: {warnings[0]}" + (f" (and {len(warnings) - 1} more DEGEN cells)"
+                                                                if len(warnings) > 1 else ""))
+
+
+__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "check_contexts", "degenerate_warnings", "strict_audit"]

@@ -59,26 +59,8 @@ def assemble_gguf(source: ModelSource, out: Path) -> Path:
 
 
 def _convert(source: ModelSource, gguf_path: Path, out_dir: Path) -> None:
-    """Dequantise the GGUF with transformers and save bf16 safetensors plus cube's tokenizer."""
-    import torch
-    import transformers
-    from transformers import AutoModelForCausalLM, GgufConfig
-
-    folder, fname = str(gguf_path.parent), gguf_path.name
-    # Dequantise every weight now (with GGUF matmul kernels installed, transformers would otherwise
-    # keep them packed), so the store holds a plain dense checkpoint.
-    model = AutoModelForCausalLM.from_pretrained(
-        folder, gguf_file=fname, dtype=torch.bfloat16,
-        quantization_config=GgufConfig(gguf_file=fname, dequantize=True),
-    )
-    # The GGUF loader leaves a quantizer attached and records it in the config; with either, saving
-    # would refuse or later loads would go through the GGUF quantizer again.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(out_dir)
-    write_tokenizer(source, out_dir)
-    provenance = {
+    """A demo model's GGUF as bf16 safetensors plus cube's tokenizer, with what is known of its origin."""
+    convert_gguf(gguf_path, out_dir, model_tokenizer(source), _first_part_metadata(source), {
         "name": source.name,
         "upstream": source.upstream,
         "licence": source.licence,
@@ -86,6 +68,37 @@ def _convert(source: ModelSource, gguf_path: Path, out_dir: Path) -> None:
         "quantisation_of_source": source.quantisation,
         "gguf_sha256": source.gguf_sha256,
         "parts": [{"spec": p.spec, "sha256": p.sha256} for p in source.parts],
+    })
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path, tokenizer, meta: dict, provenance: dict) -> None:
+    """Dequantise a GGUF with transformers and save bf16 safetensors plus ``tokenizer`` (the header's)."""
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, GgufConfig
+
+    folder, fname = str(gguf_path.parent), gguf_path.name
+    # Dequantise every weight now (with GGUF matmul kernels installed, transformers would otherwise
+    # keep them packed), so the store holds a plain dense checkpoint.
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=fname, dtype=torch.bfloat16,
+            quantization_config=GgufConfig(gguf_file=fname, dequantize=True),
+        )
+    except (ValueError, KeyError, NotImplementedError) as exc:
+        arch = meta.get("general.architecture")
+        raise ConfigError(f"{gguf_path}: transformers cannot load this GGUF (architecture {arch!r}: "
+                          f"{(str(exc).splitlines() or ['?'])[0][:120]}); give the model's Hugging Face folder "
+                          "(config.json + *.safetensors) instead") from None
+    # The GGUF loader leaves a quantizer attached and records it in the config; with either, saving
+    # would refuse or later loads would go through the GGUF quantizer again.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out_dir)
+    save_header_tokenizer(tokenizer, meta, out_dir)
+    provenance = {
+        **provenance,
         "stored_dtype": "bfloat16",
         "tokenizer": "cube's own, from the GGUF header (cube.tokenizers.build): the ids cube scores",
         "store_version": STORE_VERSION,
@@ -94,7 +107,7 @@ def _convert(source: ModelSource, gguf_path: Path, out_dir: Path) -> None:
     (out_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
 
 
-def _is_complete(path: Path, source: ModelSource) -> bool:
+def _is_complete(path: Path, gguf_sha256: str) -> bool:
     """A store entry made from this source by this store version, every file as cube wrote it.
 
     An entry without SHA256SUMS (an older cube) is rebuilt from the verified parts, never trusted;
@@ -105,23 +118,50 @@ def _is_complete(path: Path, source: ModelSource) -> bool:
         return False
     verify_folder(path)  # the full hash on every load: see the README for its cost
     data = json.loads(prov.read_text(encoding="utf-8"))
-    return data.get("gguf_sha256") == source.gguf_sha256 and data.get("store_version") == STORE_VERSION
+    return data.get("gguf_sha256") == gguf_sha256 and data.get("store_version") == STORE_VERSION
 
 
 def ensure_model(name: str) -> Path:
     """The store folder of a demo model, converting it first if this is the first use."""
     source = model_source(name)
+
+    def make(work: Path, staged: Path) -> None:
+        gguf_dir = work / "gguf"
+        gguf_dir.mkdir()
+        _convert(source, assemble_gguf(source, gguf_dir / f"{name}.gguf"), staged)
+
+    return _store_entry(name, source.gguf_sha256, make)
+
+
+def ensure_gguf_model(path: Path, gguf_sha256: str) -> Path:
+    """The store folder of a user's single-file GGUF (its sha256 already computed), converted once.
+
+    A GGUF with a demo model's pinned sha256 is that demo model: its entry is reused."""
+    demo = next((s for s in model_sources().values() if s.gguf_sha256 == gguf_sha256), None)
+    if demo is not None:
+        return ensure_model(demo.name)
+    name = f"gguf-{gguf_sha256[:16]}"
+
+    def make(work: Path, staged: Path) -> None:
+        from cube.tokenizers.gguf import read_gguf_metadata
+
+        convert_gguf(path, staged, gguf_tokenizer(path, gguf_sha256), read_gguf_metadata(path),
+                     {"name": name, "source_file": path.name, "gguf_sha256": gguf_sha256})
+
+    return _store_entry(name, gguf_sha256, make)
+
+
+def _store_entry(name: str, gguf_sha256: str, make) -> Path:
+    """The verified store folder ``name``, made by ``make(work, staged)`` in a temp folder and
+    renamed into place if it is missing or stale."""
     final = model_dir(name)
-    if _is_complete(final, source):
+    if _is_complete(final, gguf_sha256):
         return final
     store_dir().mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=store_dir(), prefix=f".{name}-"))
     try:
-        gguf_dir = work / "gguf"
-        gguf_dir.mkdir()
-        gguf_path = assemble_gguf(source, gguf_dir / f"{name}.gguf")
         staged = work / name
-        _convert(source, gguf_path, staged)
+        make(work, staged)
         record_folder(staged)  # before the rename, so the entry never appears unrecorded
         if final.exists():  # stale (older store version or another source): replace it
             old = work / "old"
@@ -129,29 +169,33 @@ def ensure_model(name: str) -> Path:
         try:
             staged.rename(final)
         except OSError:
-            if not _is_complete(final, source):  # not a concurrent conversion that finished first
+            if not _is_complete(final, gguf_sha256):  # not a concurrent conversion that finished first
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return final
 
 
-def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu"):
-    """Load a demo model from the store: ``(transformers model in eval mode, tokenizers.Tokenizer)``.
+def load_model(model, dtype: str = "bfloat16", device: str = "cpu"):
+    """Load a model: ``(transformers model in eval mode, tokenizers.Tokenizer)``.
 
-    The tokenizer is ``model_tokenizer``: the one the audit reads from the same GGUF header
-    (``cube.tokenizers.sources``), so the harness scores exactly the tokens the audit predicted on.
+    ``model``: a demo model's name, or a parsed ``--model SPEC`` (``cube.harness.model_spec.ModelSpec``:
+    a demo model's or a GGUF's verified store entry, a local folder, a hub snapshot). The tokenizer
+    is the spec's, the one the run's audit read (a demo model's: ``model_tokenizer``, from the same
+    GGUF header), so the harness scores exactly the tokens the audit predicted on.
     """
     from transformers import AutoModelForCausalLM
 
     torch_dtype = _torch_dtype(dtype)
-    source = model_source(name)
-    path = ensure_model(name)
-    # Only the verified folder: no Hub lookups, and never a pickled checkpoint.
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch_dtype, local_files_only=True, use_safetensors=True,
+    if isinstance(model, str):
+        path, trust, tokenizer = ensure_model(model), False, (lambda: model_tokenizer(model_source(model)))
+    else:
+        path, trust, tokenizer = model.folder(), model.trust_remote_code, model.tokenizer
+    # Only the folder: no Hub lookups, never a pickled checkpoint, no repository code unless opted in.
+    loaded = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch_dtype, local_files_only=True, use_safetensors=True, trust_remote_code=trust,
     ).to(device).eval()
-    return model, model_tokenizer(source)
+    return loaded, tokenizer()
 
 
 def model_tokenizer(source: ModelSource):
@@ -162,21 +206,47 @@ def model_tokenizer(source: ModelSource):
     pre-tokenizer steps (SmolLM's isolated digits) and the header's BOS. A tokenizer that adds
     tokens after the text (add_eos_token) is refused: every scored continuation would end in them.
     """
-    from cube.errors import SourceError, UnsupportedTokenizer
+    from cube.errors import UnsupportedTokenizer
 
     tokenizer = header_tokenizer(source)
     if tokenizer is None:
         raise UnsupportedTokenizer(f"model {source.name}: cube has no converter for its GGUF tokenizer")
+    return _no_eos_after(tokenizer, f"model {source.name}")
+
+
+def gguf_tokenizer(path: Path, gguf_sha256: str):
+    """cube's tokenizer from a user's GGUF header (as ``model_tokenizer`` for a demo model)."""
+    from cube.tokenizers.sources import resolve_tokenizer
+
+    return _no_eos_after(resolve_tokenizer(str(path), gguf_sha256), str(path))
+
+
+def _no_eos_after(tokenizer, where: str):
+    from cube.errors import SourceError
+
     raw = tokenizer.encode("a", add_special_tokens=False).ids
     full = tokenizer.encode("a").ids
     if full[len(full) - len(raw):] != raw:
-        raise SourceError(f"model {source.name}: its tokenizer adds tokens after the text (add_eos_token); "
+        raise SourceError(f"{where}: its tokenizer adds tokens after the text (add_eos_token); "
                           "cube cannot score a continuation after them")
     return tokenizer
 
 
+def _first_part_metadata(source: ModelSource) -> dict:
+    from cube.tokenizers.gguf import read_gguf_metadata
+    from cube.tokenizers.sources import fetch_registry_file
+
+    first = source.parts[0]
+    return read_gguf_metadata(fetch_registry_file(first.spec, first.sha256))
+
+
 def write_tokenizer(source: ModelSource, out_dir: Path) -> None:
-    """Write ``model_tokenizer`` into a model folder as tokenizer.json + tokenizer_config.json.
+    """Write ``model_tokenizer`` into a model folder as tokenizer.json + tokenizer_config.json."""
+    save_header_tokenizer(model_tokenizer(source), _first_part_metadata(source), out_dir)
+
+
+def save_header_tokenizer(tokenizer, meta: dict, out_dir: Path) -> None:
+    """Save a GGUF header's tokenizer into a model folder as tokenizer.json + tokenizer_config.json.
 
     So that ``AutoTokenizer.from_pretrained(folder)`` (transformers, lm-eval, vLLM) reads the very
     ids cube scores, BOS included, not transformers' own GGUF conversion of the tokenizer. The
@@ -184,12 +254,6 @@ def write_tokenizer(source: ModelSource, out_dir: Path) -> None:
     """
     from transformers import PreTrainedTokenizerFast
 
-    from cube.tokenizers.gguf import read_gguf_metadata
-    from cube.tokenizers.sources import fetch_registry_file
-
-    first = source.parts[0]
-    meta = read_gguf_metadata(fetch_registry_file(first.spec, first.sha256))
-    tokenizer = model_tokenizer(source)
     names = {}
     for role, key in (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"),
                       ("unk_token", "unknown_token_id"), ("pad_token", "padding_token_id")):
@@ -226,6 +290,6 @@ def _torch_dtype(dtype: str):
     return table[dtype]
 
 
-__all__ = ["ModelSource", "ModelPart", "model_sources", "model_source", "ensure_model", "load_model", "model_dir",
-           "model_tokenizer", "write_tokenizer"]
+__all__ = ["ModelSource", "ModelPart", "model_sources", "model_source", "ensure_model", "ensure_gguf_model",
+           "gguf_tokenizer", "load_model", "model_dir", "model_tokenizer", "save_header_tokenizer", "write_tokenizer"]
 

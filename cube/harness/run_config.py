@@ -62,6 +62,8 @@ class RunConfig:
     out: Path | None = None
     data: Path | None = None  # the benchmark folder; None: the lookup of ``cube data list``
     device: str = "cpu"
+    strict_audit: bool = False  # a first-token scorer on a DEGEN cell is an error, not a warning
+    trust_remote_code: bool = False  # only for an hf:ORG/NAME@<commit> model (cube.harness.model_spec)
 
     def __post_init__(self) -> None:
         from cube.protocol.scorers import run_scorers  # the scorer table itself: no pyarrow for a config
@@ -152,6 +154,89 @@ class RunConfig:
         return shlex.join(parts)
 
 
+# The settings every cell configuration records (``cube.harness.runner.cell_configs``), in order.
+RECORDED_SETTINGS = ("model_sha256", "dtype", "backend", "device", "benchmark", "split", "subjects",
+                     "sample", "within", "seed", "model_files")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run records beside its items and cells: one typed record from the command line
+    (``cube.harness.build.build_spec`` fills it from a ``RunConfig``) to the cell configurations
+    (``recorded``) and the run log (``to_log``, flat: the keys older run logs had, plus the new).
+
+    It replaces ``RunSpec.extra``, a dict read by key in three places where a misspelt key read as
+    None. Each field defaults to None, what a missing key of that dict read as, so a spec built
+    without a configuration (tests, tools) records what it did before. A new setting is one field
+    here (and one name in ``RECORDED_SETTINGS`` if it decides records).
+    """
+
+    benchmark: str | None = None
+    split: str | None = None
+    sample: int | None = None
+    within: int | None = None
+    seed: int | None = None
+    subjects: tuple[str, ...] | None = None
+    model_sha256: str | None = None  # the model's identity (cube.harness.model_spec.ModelIdentity.digest)
+    model_files: tuple[tuple[str, str], ...] | None = None  # each file the load reads -> sha256 (None: demo)
+    model_source: str | None = None  # "folder /path", "hub hf:ORG/NAME@REV", "gguf f.gguf", "demo NAME"
+    device: str | None = None
+    dtype: str | None = None
+    dtype_reason: str | None = None
+    backend: str | None = None
+    config: RunConfig | None = None
+    audit: tuple[Any, ...] = ()  # cube.tokenizers.audit.RunCellAudit, made before the weights load
+
+    def __post_init__(self) -> None:
+        for name in ("subjects", "model_files"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value)
+                                   if name == "model_files" else tuple(value))
+
+    def recorded(self) -> dict[str, Any]:
+        """The settings a cell configuration records, as JSON values (the manifest compares them).
+
+        ``model_files`` only where there are some: a demo model's cells (identity: the pinned GGUF
+        sha256) record what they recorded before it existed, so their configuration hash stays."""
+        out = {}
+        for name in RECORDED_SETTINGS:
+            value = getattr(self, name)
+            if name == "model_files":
+                if value is None:
+                    continue
+                value = dict(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[name] = value
+        return out
+
+    def to_log(self) -> dict[str, Any]:
+        """The run log's settings (flat, as older lines had them), with the audit made before the run."""
+        logged = self.recorded()
+        logged.update(model_source=self.model_source, dtype_reason=self.dtype_reason,
+                      command=self.config.command_line() if self.config is not None else None,
+                      config=self.config.to_log() if self.config is not None else None)
+        if self.audit:
+            logged["audit"] = [cell.to_log() for cell in self.audit]
+        return logged
+
+    @classmethod
+    def from_log(cls, entry: Mapping[str, Any]) -> RunSettings:
+        """The settings of a run log line, older lines migrated on read: a line without
+        ``model_files``, ``model_source`` or ``audit`` (before issue 37) reads them as None/empty,
+        and a line without ``config`` gets the one its command says (``RunConfig.from_log``). The
+        audit stays in its logged (JSON) form."""
+        names = {f.name for f in fields(cls)} - {"config", "audit"}
+        values = {n: entry.get(n) for n in names}
+        if isinstance(values["model_files"], Mapping):
+            values["model_files"] = tuple(sorted(values["model_files"].items()))
+        config = None
+        if entry.get("config") is not None or entry.get("command") or entry.get("cells"):
+            config = RunConfig.from_log(entry)
+        return cls(**values, config=config, audit=tuple(entry.get("audit") or ()))
+
+
 def parse_shard(value: str) -> tuple[int, int]:
     """``K/N`` as (K, N); checked for 0 <= K < N by ``RunConfig``."""
     try:
@@ -181,4 +266,5 @@ def _from_text(name: str, text: str) -> Any:
     return text
 
 
-__all__ = ["COMMAND_FIELDS", "LIST_FIELDS", "POSITIVE_FIELDS", "RunConfig", "flag", "parse_shard"]
+__all__ = ["COMMAND_FIELDS", "LIST_FIELDS", "POSITIVE_FIELDS", "RECORDED_SETTINGS", "RunConfig", "RunSettings", "flag",
+           "parse_shard"]

@@ -35,7 +35,7 @@ from cube import __version__
 from cube.atomic import atomic_write_text, temp_files
 from cube.errors import ConfigError
 from cube.harness.backends.base import Backend, ContinuationLogprobs, ScoreRequest
-from cube.harness.run_config import RunConfig
+from cube.harness.run_config import RECORDED_SETTINGS, RunConfig, RunSettings  # noqa: F401
 from cube.harness.threads import thread_log
 from cube.protocol.scorers import PASSES, SCORERS, ContinuationScores, ScoreResult, pass_scorers
 from cube.protocol.items import Item
@@ -66,7 +66,7 @@ class RunSpec:
     batch_size: int = RunConfig.default("batch_size")
     shard: tuple[int, int] = RunConfig.default("shard")  # (K, N): this process runs chunks with index % N == K
     max_new_tokens: int | None = None
-    extra: dict = field(default_factory=dict)  # logged only (dtype, backend, sample seed, ...)
+    settings: RunSettings = field(default_factory=RunSettings)  # recorded per cell and logged
     # Every item of the benchmark, indexed, so that a generation quoting ANOTHER item is scrubbed
     # before it is written too (cube.records.leakage); None scrubs against the record's own item only.
     leakage_index: LeakageIndex | None = field(default=None, compare=False, repr=False)
@@ -101,11 +101,9 @@ def _digest(value: object) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-# What decides a cell's records besides the cell itself. The settings come from ``RunSpec.extra``
-# (``cube.harness.run_config.build_spec`` fills them in from a ``RunConfig``); STORE_FIELDS are shared by every cell of one model in a store, so
+# What decides a cell's records besides the cell itself: ``RunSpec.settings.recorded()``
+# (``cube.harness.build.build_spec`` fills them in from a ``RunConfig``). STORE_FIELDS are shared by every cell of one model in a store, so
 # a new cell may join a store only when they agree, and a resumed cell must agree on all fields.
-RECORDED_SETTINGS = ("model_sha256", "dtype", "backend", "device", "benchmark", "split", "subjects",
-                     "sample", "within", "seed")
 STORE_FIELDS = ("model", "model_sha256", "dtype", "backend", "device")
 
 
@@ -377,7 +375,7 @@ def cell_configs(spec: RunSpec) -> dict[str, dict]:
     """
     templates = load_templates()
     common = {k: v for k, v in templates.items() if k not in ("contexts", "audit_item", "default_context")}
-    base = {"model": spec.model, **{k: spec.extra.get(k) for k in RECORDED_SETTINGS},
+    base = {"model": spec.model, **spec.settings.recorded(),
             "items": _digest([[i.uid, i.qhash] for i in spec.items]), "n_items": len(spec.items),
             "shard_size": spec.shard_size, "batch_size": spec.batch_size}
     configs: dict[str, dict] = {}
@@ -423,6 +421,7 @@ def resume_plan(spec: RunSpec, out: Path) -> ResumePlan:
     from cube.records.store import MANIFEST_NAME, check_cells, read_manifest, rows_per_item, shard_problem
 
     configs = cell_configs(spec)
+    check_model_files(out, spec)
     check_cells(out, configs, STORE_FIELDS)
     listed = read_manifest(out)["files"] if (out / MANIFEST_NAME).exists() else {}
     jobs = plan_jobs(spec)
@@ -438,6 +437,34 @@ def resume_plan(spec: RunSpec, out: Path) -> ResumePlan:
             todo.append(job)
             broken.append(f"{out / name}: {problem}; running it again")
     return ResumePlan(todo, len(jobs) - len(todo), broken)
+
+
+def check_model_files(out: Path, spec: RunSpec) -> None:
+    """Refuse a resume after a file the model's load reads changed, in one line naming the file.
+
+    The cell configurations record each file's sha256 (``RunSettings.model_files``); the generic
+    check would only say that the identity digest differs."""
+    from cube.errors import ResumeMismatch
+    from cube.records.store import MANIFEST_NAME, read_manifest
+
+    now = spec.settings.recorded().get("model_files")
+    if now is None or not (out / MANIFEST_NAME).exists():
+        return
+    manifest = read_manifest(out)
+    listed = manifest.get("files") or {}
+    for key, recorded in sorted((manifest.get("cells") or {}).items()):
+        before = recorded.get("model_files")
+        if not key.startswith(f"{spec.model}/") or not isinstance(before, dict):
+            continue
+        if not any(name.startswith(f"{key}--") for name in listed):
+            continue  # a configuration without records binds nothing
+        for name in sorted(set(before) | set(now)):
+            if before.get(name) != now.get(name):
+                was, is_ = before.get(name), now.get(name)
+                change = ("is new" if was is None else "is gone" if is_ is None
+                          else f"changed (sha256 {was[:12]}... -> {is_[:12]}...)")
+                raise ResumeMismatch(f"{out}: model file {name} {change} since cell {key} was written; "
+                                     "resume with the files it was written with, or write to a new --out")
 
 
 def pending_jobs(spec: RunSpec, out: Path) -> tuple[list[Job], int]:
@@ -519,6 +546,7 @@ def _run_locked(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | 
     t0 = time.perf_counter()
     if plan is None:
         preflight(spec)
+        check_model_files(out, spec)
         check_cells(out, cell_configs(spec), STORE_FIELDS)  # each cell is checked again with its first shard
     create_store(out)
     clean_temp_files(spec, out)  # this spec's own shards' temp files only: the plan never lists them
@@ -540,8 +568,9 @@ def _run_locked(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | 
         "threads": thread_log(), "versions": _versions(),
         "scorers": list(spec.scorers), "cells": [c.key for c in spec.cells], "n_items": len(spec.items),
         "shard_size": spec.shard_size, "files": [f"{spec.model}/{j.filename}" for j in plan_jobs(spec)],
-        **spec.extra,
+        **spec.settings.to_log(),
     }
+    log["model_sha256"] = spec.settings.model_sha256 or model_sha256
     from cube.records.store import manifest_lock
 
     logfile = out / spec.model / RUNLOG_NAME

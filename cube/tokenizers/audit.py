@@ -10,9 +10,10 @@ frozen (``--freeze``) and later confirmed on real records.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from cube import __version__
@@ -133,11 +134,16 @@ def audit_item(n_labels: int, templates: dict) -> Item:
                 tuple(options[i % len(options)] for i in range(n_labels)), None, subject_zh=item["subject"])
 
 
-def audit_prompt(label_set: LabelSet, context: Context, templates: dict | None = None) -> str:
-    """A realistic prompt ending in the cue: the harness's own builder around the audit's item."""
+def audit_prompt(label_set: LabelSet, context: Context, templates: dict | None = None, shots: int = 0) -> str:
+    """A realistic prompt ending in the cue: the harness's own builder around the audit's item.
+
+    With ``shots``, the audit's item is shown solved that many times before it (answers in turn),
+    as a k-shot prompt shows dev items: the labels' tokens are read after the same text a k-shot
+    cell scores them after, never after benchmark text."""
     templates = templates or load_templates()
     item = audit_item(len(label_set.labels), templates)
-    return prompt_in_context(item, Cell(label_set, context.name, 0), context, templates=templates).context
+    solved = [replace(item, split="dev", row=k + 1, answer=k % len(label_set.labels)) for k in range(shots)]
+    return prompt_in_context(item, Cell(label_set, context.name, shots), context, solved, templates).context
 
 
 def first_token_collisions(first_ids: list[int], labels: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
@@ -149,8 +155,8 @@ def first_token_collisions(first_ids: list[int], labels: tuple[str, ...]) -> tup
 
 
 def audit_cell(tokenizer: Encoder, family: str, label_set: LabelSet, context: Context,
-               templates: dict | None = None) -> CellAudit:
-    prompt = audit_prompt(label_set, context, templates)
+               templates: dict | None = None, shots: int = 0) -> CellAudit:
+    prompt = audit_prompt(label_set, context, templates, shots)
     prompt_ids = encode_ids(tokenizer, prompt)
     tokenize = continuation_tokenizer(context.tokenization)
     labels = []
@@ -224,6 +230,76 @@ def cells_to_json(cells: list[CellAudit], readable: bool = False) -> list[dict]:
             d["labels"].append(label)
         out.append(d)
     return out
+
+
+# ---- one model's own tokenizer, before a run --------------------------------------------------------
+
+@dataclass(frozen=True)
+class RunCellAudit:
+    """The verdict of one (label set, answer context, shots) cell on the tokenizer a run scores with.
+
+    ``cube run`` makes these before the weights load and logs them (``to_log``), so ``cube confirm``
+    can hold the run's records to the prediction made before them; ``cube audit --model`` prints
+    the same lines for a checkpoint without running it."""
+
+    shots: int
+    cell: CellAudit
+
+    @property
+    def key(self) -> str:
+        return f"{self.cell.label_set} | {self.cell.context} | {self.shots}-shot"
+
+    def line(self) -> str:
+        """``L4_circled | zh_cue | 0-shot: DEGEN (full): ①=②=③=④ share first token 9331 <E2 91>``."""
+        c = self.cell
+        if not c.degenerate:
+            shown = "; ".join(f"{lt.label} {' '.join(lt.shown)}" for lt in c.labels)
+            return f"{self.key}: {c.verdict} ({shown})"
+        by_label = {lt.label: lt for lt in c.labels}
+        groups = []
+        for group in c.collision_groups:
+            first = by_label[group[0]]
+            groups.append(f"{'='.join(group)} share first token {first.ids[0]} {first.shown[0]}")
+        return f"{self.key}: DEGEN ({c.collision}): {'; '.join(groups)}"
+
+    def to_log(self) -> dict:
+        return {"shots": self.shots, **cells_to_json([self.cell], readable=True)[0]}
+
+
+def audit_run_cells(tokenizer: Encoder, model: str, label_sets: list[LabelSet], contexts: list[Context],
+                    shots: list[int]) -> list[RunCellAudit]:
+    """Every (label set x context x shots) cell of a run, audited on ``tokenizer`` (the model's own)."""
+    templates = load_templates()
+    return [RunCellAudit(k, audit_cell(tokenizer, model, ls, ctx, templates, k))
+            for ls in label_sets for ctx in contexts for k in shots]
+
+
+def format_run_audit(model: str, cells: list[RunCellAudit]) -> str:
+    """The lines ``cube run`` prints before the weights load, and ``cube audit --model`` prints."""
+    n_degen = sum(c.cell.degenerate for c in cells)
+    head = f"audit of {model}'s tokenizer: {len(cells)} cell{'' if len(cells) == 1 else 's'}, {n_degen} DEGEN"
+    return "\n".join([head] + [f"  {c.line()}" for c in cells]) + "\n"
+
+
+def run_prediction(logged: Mapping[str, list[dict]]) -> dict:
+    """The audits runs logged (model -> its logged cells) as one prediction document whose
+    families are the models, for ``cube confirm --run-audit``.
+
+    Shots do not change which first token a label starts with after the cue, and confirm pools
+    them, so a (label set, context) cell takes the verdict of its fewest shots."""
+    cells, label_sets, contexts = {}, {}, {}
+    for model, entries in logged.items():
+        for entry in sorted(entries, key=lambda e: e["shots"]):
+            key = (model, entry["label_set"], entry["context"])
+            label_sets[entry["label_set"]] = [lt["label"] for lt in entry["labels"]]
+            contexts[entry["context"]] = {}
+            if key not in cells:
+                cells[key] = {k: entry[k] for k in ("label_set", "context", "verdict", "collision",
+                                                      "collision_groups", "boundary_merge", "labels")}
+                cells[key]["family"] = model
+    return {"schema": SCHEMA, "label_sets": label_sets, "contexts": contexts,
+            "sources": {model: {"spec": "the audit its cube run logged"} for model in logged},
+            "skipped": {}, "cells": list(cells.values())}
 
 
 # ---- pre-registration ---------------------------------------------------------------------------

@@ -24,5 +24,5 @@ def test_a_config_builds_the_same_spec_as_the_command_line(benchmarks_root):
     argv = shlex.split(config.command_line())[1:] + ["--data", str(benchmarks_root / "cmmlu")]
     assert spec == from_args(build_parser().parse_args(argv))  # items, cells, settings, command alike
     assert [c.key for c in spec.cells] == ["L1_halfwidth|zh_cue|0shot|original", "L4_circled|zh_cue|0shot|original"]
-    assert len(spec.items) == 3 and spec.extra["config"] == config.to_log()
-    assert spec.extra["command"] == config.command_line() and spec.extra["dtype"] == "float32"
+    assert len(spec.items) == 3 and spec.settings.config == config and spec.settings.dtype == "float32"
+    assert spec.settings.to_log()["command"] == config.command_line() and spec.settings.to_log()["config"] == config.to_log()

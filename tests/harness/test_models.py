@@ -146,11 +146,11 @@ def test_a_store_entry_without_a_record_is_rebuilt_never_trusted(tmp_path):
     entry.mkdir()
     (entry / "provenance.json").write_text(json.dumps(
         {"gguf_sha256": source.gguf_sha256, "store_version": models.STORE_VERSION}), encoding="utf-8")
-    assert not models._is_complete(entry, source)
+    assert not models._is_complete(entry, source.gguf_sha256)
     from cube.checksums import record_folder
 
     record_folder(entry)
-    assert models._is_complete(entry, source)
+    assert models._is_complete(entry, source.gguf_sha256)
 
 
 # ---- each demo model's own BOS/EOS rules, and the converted folder's tokenizer ------------------

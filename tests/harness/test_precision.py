@@ -58,8 +58,8 @@ def test_cube_run_logs_the_chosen_dtype_and_why():
     from cube.commands.run import build_spec
 
     args = build_parser().parse_args(["run", "--model", "smollm2-135m-instruct", "--sample", "67", "--out", "x"])
-    extra = build_spec(args).extra
-    assert args.dtype == "auto" and extra["dtype"] in ("bfloat16", "float32") and extra["dtype_reason"].startswith("auto:")
+    settings = build_spec(args).settings
+    assert args.dtype == "auto" and settings.dtype in ("bfloat16", "float32") and settings.dtype_reason.startswith("auto:")
 
 
 def test_a_device_torch_cannot_use_is_one_line_before_anything_loads():

@@ -82,12 +82,14 @@ def test_a_bad_shard_text_names_the_value():
 
 def test_the_identity_includes_the_dtype_and_not_the_shard():
     """A resume under another dtype must refuse; v1 of the hash left the dtype out (issue 25)."""
+    from cube.harness.run_config import RunSettings
     from cube.harness.runner import RunSpec
     from cube.protocol.items import Item
 
     made_up = tuple(Item("cmmlu", "s", "test", n, f"q{n}", ("a", "b", "c", "d"), 0) for n in range(3))
-    spec = RunSpec(model="m", items=made_up, cells=(), scorers=("M2",), shard_size=2, extra={"dtype": "float32"})
-    assert spec.config_hash() != replace(spec, extra={"dtype": "bfloat16"}).config_hash()
+    spec = RunSpec(model="m", items=made_up, cells=(), scorers=("M2",), shard_size=2,
+                   settings=RunSettings(dtype="float32"))
+    assert spec.config_hash() != replace(spec, settings=RunSettings(dtype="bfloat16")).config_hash()
     assert spec.config_hash() != replace(spec, batch_size=8).config_hash()  # the cell configs record it
     assert spec.config_hash() == replace(spec, shard=(1, 2)).config_hash()  # parallel shards: one run
 

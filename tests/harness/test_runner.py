@@ -9,6 +9,7 @@ pytest.importorskip("torch")
 
 from cube.errors import ConfigError, RecordsError  # noqa: E402
 from cube.harness.backends.hf import HFBackend  # noqa: E402
+from cube.harness.run_config import RunSettings  # noqa: E402
 from cube.harness.runner import RunSpec, pending_jobs, plan_jobs, run  # noqa: E402
 from cube.protocol.items import load_cmmlu, stratified_sample  # noqa: E402
 from cube.protocol.label_sets import load_label_sets  # noqa: E402
@@ -221,7 +222,7 @@ def test_a_separate_tokenization_context_scores_the_bare_label(tmp_path, items, 
 def label_only(items, **changes):
     sets = load_label_sets()
     fields = dict(model="tiny", items=items, cells=(Cell(sets["L1_halfwidth"], "zh_cue", 0),), scorers=("M1-seq",),
-                  shard_size=4, batch_size=4, extra={"seed": 0, "dtype": "float32", "backend": "hf"})
+                  shard_size=4, batch_size=4, settings=RunSettings(seed=0, dtype="float32", backend="hf"))
     fields.update(changes)
     return RunSpec(**fields)
 
@@ -237,7 +238,7 @@ def test_a_resume_under_another_configuration_is_refused_naming_the_fields(tmp_p
     rows = read_records(tmp_path).num_rows
     cases = [
         (replace(first, items=items[:4]), r"items \S+ -> \S+; n_items 6 -> 4"),  # another sample
-        (replace(first, extra={**first.extra, "seed": 1}), r"seed 0 -> 1"),
+        (replace(first, settings=replace(first.settings, seed=1)), r"seed 0 -> 1"),
         (replace(first, scorers=("M1-seq", "M1-strict")), r'scorers \["M1-seq"\] -> \["M1-seq", "M1-strict"\]'),
     ]
     for spec, needle in cases:
@@ -251,7 +252,7 @@ def test_a_resume_under_another_configuration_is_refused_naming_the_fields(tmp_p
     assert len(pending_jobs(more, tmp_path)[0]) == len(plan_jobs(more)) // 2
     # ... and not when they do not
     with pytest.raises(ResumeMismatch, match=r"new cell tiny/label--L4_circled.* dtype \"float32\" -> \"bfloat16\""):
-        pending_jobs(replace(more, cells=more.cells[1:], extra={**first.extra, "dtype": "bfloat16"}), tmp_path)
+        pending_jobs(replace(more, cells=more.cells[1:], settings=replace(first.settings, dtype="bfloat16")), tmp_path)
     assert read_records(tmp_path).num_rows == rows
 
 
@@ -384,7 +385,7 @@ def test_a_run_that_fails_before_its_first_shard_records_no_cell(tmp_path, items
     assert read_manifest(tmp_path)["cells"] == cell_configs(spec)
     assert read_records(tmp_path).num_rows == len(items)
     with pytest.raises(ResumeMismatch, match="seed 0 -> 1"):
-        pending_jobs(replace(spec, extra={**spec.extra, "seed": 1}), tmp_path)  # now records bind it
+        pending_jobs(replace(spec, settings=replace(spec.settings, seed=1)), tmp_path)  # now records bind it
 
 
 def test_bad_cells_fail_before_the_backend_is_touched(tmp_path, items):

@@ -24,6 +24,7 @@ Correctness is checked token by token against ``ReferenceBackend`` in the parity
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -95,10 +96,14 @@ def _select_cache_rows(cache, rows):
 class HFBackend(Backend):
     @classmethod
     def from_config(cls, model: str, dtype: str | None = None, device: str | None = None, **options) -> HFBackend:
-        """A demo model (by name) or a checkpoint folder, loaded and verified by ``load_model``."""
+        """``--model SPEC`` (a string or a parsed ``ModelSpec``), loaded and verified by ``load_model``
+        once its weights are known to fit in the memory there is (one line, not an OOM kill)."""
+        from cube.harness.model_spec import check_fits, parameter_count, parse_model
         from cube.harness.models import load_model
 
-        loaded, tokenizer = load_model(model, dtype, device or "cpu")
+        spec = parse_model(str(model)) if isinstance(model, (str, Path)) else model
+        check_fits(spec.name, parameter_count(spec.folder()), dtype or "bfloat16", device or "cpu")
+        loaded, tokenizer = load_model(spec, dtype, device or "cpu")
         return cls(loaded, tokenizer, **options)
 
     def __init__(

@@ -234,13 +234,16 @@ def folder_eos_ids(folder: Path) -> frozenset[int]:
     return frozenset(ids)
 
 
-def model_folder(model: str) -> Path:
-    """A checkpoint folder as given, or a demo model's store folder (converting it on first use)."""
-    if Path(model).is_dir():
-        return Path(model)
-    from cube.harness.models import ensure_model
+def model_folder(model) -> Path:
+    """The folder vLLM loads for ``--model SPEC`` (``cube.harness.model_spec``): a local or hub
+    folder as it is, a demo model's or a GGUF's converted store folder (converted on first use).
 
-    return ensure_model(model)
+    A GGUF is served from cube's bf16 conversion, the folder the HF backend loads too: vLLM's own
+    GGUF loader reads the tokenizer its own way and supports fewer architectures, and both backends
+    must score the same token ids."""
+    from cube.harness.model_spec import parse_model
+
+    return (parse_model(model) if isinstance(model, (str, Path)) else model).folder()
 
 
 # ---- picking log-probabilities out of vLLM's answer --------------------------------------------
@@ -289,36 +292,36 @@ class VLLMBackend(Backend):
         cls, model: str | Path, dtype: str | None = None, settings_path: str | Path | None = None,
         progress: bool = True, device: str | None = None, **llm_overrides: Any,
     ) -> VLLMBackend:
-        """Start vLLM on a demo model (by name) or a checkpoint folder, with config/serving.yaml.
+        """Start vLLM on ``--model SPEC`` (a string or a parsed ``ModelSpec``), with config/serving.yaml.
 
         ``device`` is accepted so that every backend opens alike (``open_backend``); vLLM's own
         build decides where it runs (its CPU or its CUDA wheel).
 
-        A demo model is scored with ``cube.harness.models.model_tokenizer``, exactly as the transformers
-        backend scores it (its converted folder carries the same tokenizer); a checkpoint folder
-        with the folder's own, so both backends score the same token ids.
+        Every spec is scored with its ``ModelSpec.tokenizer``, exactly as the transformers backend
+        scores it (a demo model's: ``model_tokenizer``, which its converted folder carries; a
+        folder's: its own), so both backends score the same token ids.
         """
-        from transformers import AutoTokenizer
         from vllm import LLM
 
-        folder = model_folder(str(model))
-        settings = serving_settings(str(model), dtype, settings_path)
+        from cube.harness.model_spec import check_fits, parameter_count, parse_model
+
+        spec = parse_model(str(model)) if isinstance(model, (str, Path)) else model
+        folder = spec.folder()
+        settings = serving_settings(spec.name, dtype, settings_path)  # a folder by its name, as before
         llm_args = {**settings.llm, **llm_overrides}
         if llm_overrides:  # serving_settings checked the file's own settings
             check_prefix_caching(llm_args, f"{SERVING_FILE} with overrides {sorted(llm_overrides)}")
         check_engine_args(llm_args)
         os.environ.update(engine_environment(settings))
-        if Path(str(model)).is_dir():
-            tokenizer = AutoTokenizer.from_pretrained(folder).backend_tokenizer
-        else:
-            from cube.harness.models import model_source, model_tokenizer
-
-            tokenizer = model_tokenizer(model_source(str(model)))
+        if device is not None and device.startswith("cuda"):
+            check_fits(spec.name, parameter_count(folder), settings.llm.get("dtype", "bfloat16"), device)
+        tokenizer = spec.tokenizer()  # the one the run's audit read, as for the HF backend
         eos = folder_eos_ids(folder)
         if not eos:
             raise ConfigError(f"{folder}: no eos_token_id in generation_config.json or config.json")
         quiet_periodic_stats()
-        return cls(LLM(model=str(folder), **llm_args), tokenizer, eos, progress=progress)
+        return cls(LLM(model=str(folder), trust_remote_code=spec.trust_remote_code, **llm_args), tokenizer, eos,
+                   progress=progress)
 
     def _check_length(self, ids: Sequence[int], extra: int, what: str) -> None:
         if len(ids) + extra > self.max_model_len:
