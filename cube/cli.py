@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "cube.commands.simulate",
     "cube.commands.book",
     "cube.commands.merge",
+    "cube.commands.plan",
     "cube.commands.smoke",
     "cube.commands.import_lm_eval",
     "cube.commands.import_opencompass",

@@ -14,14 +14,26 @@ def register(subparsers) -> None:
                     "must have identical bytes, else nothing is written.",
     )
     p.add_argument("out", type=Path, help="output folder (may be one of the inputs)")
-    p.add_argument("inputs", type=Path, nargs="+", help="`cube run --out` folders of the shard processes")
+    p.add_argument("inputs", type=Path, nargs="*", help="`cube run --out` folders of the shard processes")
+    p.add_argument("--plan", type=Path, help="a `cube plan` folder: merge its jobs' stores, each checked against "
+                   "the plan (every planned shard once, one configuration, one code and software version)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from cube.errors import ConfigError
     from cube.records.merge import merge_runs
 
-    plan = merge_runs(args.out, args.inputs)
+    inputs = list(args.inputs)
+    if args.plan is not None:
+        from cube.harness.plan import check_planned_stores, read_plan
+
+        if inputs:
+            raise ConfigError("--plan takes the inputs from the plan: give OUT and --plan only")
+        inputs = check_planned_stores(read_plan(args.plan), args.plan)
+    elif not inputs:
+        raise ConfigError("give the `cube run --out` folders to merge, or --plan PLAN")
+    plan = merge_runs(args.out, inputs)
     print(f"copied {len(plan.copies)} shards into {args.out} ({plan.identical} already there, identical)",
           file=sys.stderr)
     return 0
