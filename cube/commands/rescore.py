@@ -122,11 +122,11 @@ def format_rows(rows: list[dict]) -> str:
             title = _cell_title(r)
             lines.append(title)
             lines.append(f"{'group':<{width}}  {'level':<8} {'agg':<6} {'n':>6} {'acc':>6}  "
-                         f"{'95% CI':<15} {'parse-fail':>10}")
+                         f"{'95% CI':<15} {'parse-fail':>10} {'tied':>6}")
         lines.append(
             f"{r['group']:<{width}}  {r['level']:<8} {r['aggregation']:<6} {r['n']:>6} "
             f"{r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] "
-            f"{r['parse_failure_rate']:>10.1%}"
+            f"{r['parse_failure_rate']:>10.1%} {r['tie_rate']:>6.1%}"
         )
     return "\n".join(lines)
 
