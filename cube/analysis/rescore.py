@@ -100,6 +100,7 @@ def select(table: pa.Table, **filters: Any) -> pa.Table:
 RESULT_COLUMNS = (
     *CELL_COLUMNS, "level", "group", "aggregation", "n_subjects", "n", "n_correct",
     "n_parse_failed", "accuracy", "ci_lo", "ci_hi", "parse_failure_rate", "n_tied", "tie_rate",
+    "n_within_noise", "within_noise_rate",
 )
 
 
@@ -114,6 +115,9 @@ class SubjectCounts:
     n_correct: np.ndarray
     n_parse_failed: np.ndarray
     n_tied: np.ndarray  # decisions whose top score is shared: the prediction is the tie-break's
+    # decisions a change of layout alone could flip (``cube.analysis.noise``), float: NaN where
+    # unknown; None: not counted at all
+    n_within_noise: np.ndarray | None = None
 
 
 def subject_counts(table: pa.Table) -> SubjectCounts:
@@ -130,10 +134,15 @@ def subject_counts(table: pa.Table) -> SubjectCounts:
     tied = np.bincount(
         ids, weights=table.column("tied").to_numpy(zero_copy_only=False).astype(np.float64), minlength=len(keys)
     ).astype(np.int64)
+    within = None
+    if "within_noise" in table.column_names:
+        # a null (precision or margin unknown) makes its group's count NaN: shown as not known
+        weights = pc.cast(table.column("within_noise"), pa.float64()).to_numpy(zero_copy_only=False)
+        within = np.bincount(ids, weights=weights, minlength=len(keys))
     cell_of_key: dict[tuple, int] = {}
     cell = np.array([cell_of_key.setdefault(k[:-1], len(cell_of_key)) for k in keys], np.int64)
     return SubjectCounts(
-        list(cell_of_key), cell, [k[-1] for k in keys], n, correct, failed, tied
+        list(cell_of_key), cell, [k[-1] for k in keys], n, correct, failed, tied, within
     )
 
 
@@ -151,6 +160,7 @@ def _rows(
     lo: np.ndarray,
     hi: np.ndarray,
     tied: np.ndarray,
+    within: np.ndarray | None = None,
 ) -> dict[str, list]:
     cell_keys = [counts.cells[int(c)] for c in cell]
     out: dict[str, list] = {
@@ -162,6 +172,10 @@ def _rows(
         n_parse_failed=failed.tolist(), accuracy=accuracy.tolist(), ci_lo=lo.tolist(),
         ci_hi=hi.tolist(), parse_failure_rate=(failed / n).tolist(), n_tied=tied.tolist(),
         tie_rate=(tied / n).tolist(),
+        n_within_noise=[None if within is None or np.isnan(w) else int(w) for w in
+                        (within if within is not None else n)],
+        within_noise_rate=[None if within is None or np.isnan(w) else float(w / m) for w, m in
+                           zip(within if within is not None else n, n)],
     )
     return out
 
@@ -171,7 +185,7 @@ def _subject_level(counts: SubjectCounts, level: float) -> dict[str, list]:
     return _rows(
         counts, counts.cell, "subject", counts.subject, "pooled", np.ones_like(counts.n),
         counts.n, counts.n_correct, counts.n_parse_failed, counts.n_correct / counts.n, lo, hi,
-        counts.n_tied,
+        counts.n_tied, counts.n_within_noise,
     )
 
 
@@ -195,17 +209,18 @@ def _aggregate(
 
     n, k, failed = total(counts.n), total(counts.n_correct), total(counts.n_parse_failed)
     tied = total(counts.n_tied).astype(np.int64)
+    within = None if counts.n_within_noise is None else total(counts.n_within_noise)
     subjects = np.bincount(inverse, minlength=size)
     lo, hi = wilson_interval(k, n, level)
     micro = _rows(counts, cell, level_name, group, "micro", subjects, n.astype(np.int64),
-                  k.astype(np.int64), failed.astype(np.int64), k / n, lo, hi, tied)
+                  k.astype(np.int64), failed.astype(np.int64), k / n, lo, hi, tied, within)
 
     p = counts.n_correct / counts.n
     mean = np.bincount(inverse, weights=p[member_row], minlength=size) / subjects
     inverse_n = np.bincount(inverse, weights=1.0 / counts.n[member_row], minlength=size)
     macro_lo, macro_hi = stratified_wilson_interval(mean, subjects**2 / inverse_n, level)
     macro = _rows(counts, cell, level_name, group, "macro", subjects, n.astype(np.int64),
-                  k.astype(np.int64), failed.astype(np.int64), mean, macro_lo, macro_hi, tied)
+                  k.astype(np.int64), failed.astype(np.int64), mean, macro_lo, macro_hi, tied, within)
     return [micro, macro]
 
 
@@ -245,6 +260,9 @@ def _concat(parts: list[dict[str, list]], named_groups: frozenset[str] = frozens
     """One table, rows ordered by cell, then categories before named subsets, then name."""
     columns = {name: [v for part in parts for v in part[name]] for name in RESULT_COLUMNS}
     columns["shots"] = pa.array(columns["shots"], type=pa.int8())
+    for name in ("n_within_noise",):
+        columns[name] = pa.array(columns[name], type=pa.int64())
+    columns["within_noise_rate"] = pa.array(columns["within_noise_rate"], type=pa.float64())
     named = [g in named_groups for g in columns["group"]]
     table = pa.table({**columns, "_named": named})
     order = [(c, "ascending") for c in (*CELL_COLUMNS, "_named", "group", "aggregation")]

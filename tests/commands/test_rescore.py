@@ -80,7 +80,7 @@ def test_a_mostly_tied_cell_shows_its_tie_share_and_warns(run, tmp_path):
     write_records(tmp_path / "recs", table(recs))
     code, out, err = run(str(tmp_path / "recs"))
     assert code == 0
-    assert out.splitlines()[1].split()[-1] == "tied" and out.splitlines()[2].split()[-1] == "70.0%"
+    assert out.splitlines()[1].split()[-2] == "tied" and out.splitlines()[2].split()[-2] == "70.0%"
     warning = "WARNING: tie-breaks decide 70.0% (7/10) of the decisions"
     assert warning in err and warning in out
     _, out, _ = run(str(tmp_path / "recs"), "--json")
