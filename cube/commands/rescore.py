@@ -141,7 +141,7 @@ def with_noise_marks(table, path: str):
     from cube.analysis.noise import cell_dtypes, mark_within_noise
     from cube.records.store import read_manifest
 
-    return mark_within_noise(table, cell_dtypes(read_manifest(path))), []
+    return mark_within_noise(table, cell_dtypes(read_manifest(path)))
 
 
 def format_regression(regression) -> str:
@@ -199,9 +199,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{_cell_title(r)}: ECE {r['ece']:.4f} over {r['n']} items")
         return 0
 
-    sliced, noise_warnings = with_noise_marks(sliced, args.records)
-    result = rescore(sliced, level=args.level, taxonomy=args.taxonomy)
-    result = type(result)(result.rows, noise_warnings + result.warnings)
+    result = rescore(with_noise_marks(sliced, args.records), level=args.level, taxonomy=args.taxonomy)
     warnings = incomplete + result.warnings
     for warning in result.warnings:
         print(warning, file=sys.stderr)

@@ -98,8 +98,7 @@ def print_scores(out: Path, spec) -> None:
                    scorer=list(spec.scorers))
     if table.num_rows == 0:
         return
-    table, noise_warnings = with_noise_marks(table, str(out))
-    result = rescore(table, level="overall")
+    result = rescore(with_noise_marks(table, str(out)), level="overall")
     print(f"{'cell':<58} {'n':>5} {'acc':>6}  {'95% CI':<15} {'tied':>6} {'parse-fail':>10} {'in-noise':>8}")
     for r in result.rows.to_pylist():
         if r["aggregation"] != "micro":
@@ -107,7 +106,7 @@ def print_scores(out: Path, spec) -> None:
         cell = f"{r['model']} {r['scorer']} {r['label_set']} {r['context']} {r['shots']}-shot {r['order']}"
         print(f"{cell:<58} {r['n']:>5} {r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] "
               f"{r['tie_rate']:>6.1%} {r['parse_failure_rate']:>10.1%} {_share(r['within_noise_rate']):>8}")
-    for warning in noise_warnings + result.warnings:
+    for warning in result.warnings:
         print(warning)
 
 
