@@ -47,8 +47,9 @@ from cube.errors import ConfigError
 from cube.records.store import list_matrix
 
 STAGES = ("sample", "aggregation", "outcomes")
-PROTOCOL_FACTORS = ("model", "prompt_bytes", "label_tokenization", "scorer_normalisation")
-FACTORS = ("sample", "aggregation", "parse_failure", "tie_break", *PROTOCOL_FACTORS, "remainder")
+PROTOCOL_FACTORS = ("model", "prompt_bytes", "label_tokenization", "scorer_normalisation", "precision")
+FACTORS = ("sample", "aggregation", "parse_failure", "tie_break", "precision_noise", *PROTOCOL_FACTORS,
+           "remainder")
 NOT_IDENTIFIABLE = "not identifiable from these records"
 
 
@@ -65,6 +66,7 @@ class Side:
     table: pa.Table
     aggregation: str
     protocol: Protocol
+    dtype: str | None = None  # the precision the cell was scored in (its manifest entry); None: not said
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,22 @@ def compare_protocols(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) 
     out["scorer_normalisation"] = {"status": scorer, "by_audit": by_audit,
                                    "a": f"{ca['scorer']}: {pa_.normalisation}{_decides(pa_)}",
                                    "b": f"{cb['scorer']}: {pb.normalisation}{_decides(pb)}"}
+    # Precision (issue 33 §1): bf16 and fp32 move scores by up to the measured noise, enough to flip
+    # close decisions. Only a recorded difference names it: an import that does not say is not a blocker.
+    out["precision"] = {"status": _status(a.dtype, b.dtype), "a": a.dtype, "b": b.dtype}
     return out
+
+
+def _within_noise(side: Side, rows: np.ndarray) -> np.ndarray:
+    """Per row: not tied and its margin within the side's precision's measured noise
+    (``cube.analysis.noise``); False where the precision is not recorded."""
+    from cube.analysis.noise import DECISION_NOISE, margins
+
+    bound = DECISION_NOISE.get(side.dtype or "")
+    if bound is None:
+        return np.zeros(len(rows), dtype=bool)
+    sub = side.table.take(pa.array(rows))
+    return (margins(sub) <= bound) & ~sub.column("tied").to_numpy(zero_copy_only=False)
 
 
 def _decides(protocol: Protocol) -> str:
@@ -205,9 +222,12 @@ def _classes(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray, discordan
     tie = _decided_by_tie(a.table, rows_a) | _decided_by_tie(b.table, rows_b)
     cause[discordant & failed] = "parse_failure"
     cause[discordant & ~failed & tie] = "tie_break"
-    rest = discordant & ~failed & ~tie
+    # a decision a change of layout alone can flip, on either side: precision noise, not protocol
+    noise = _within_noise(a, rows_a) | _within_noise(b, rows_b)
+    cause[discordant & ~failed & ~tie & noise] = "precision_noise"
+    rest = discordant & ~failed & ~tie & ~noise
     differing = [d for d in PROTOCOL_FACTORS if protocol[d]["status"] == "differs"]
-    unknown = [d for d in PROTOCOL_FACTORS if protocol[d]["status"] == "unknown"]
+    unknown = [d for d in PROTOCOL_FACTORS if protocol[d]["status"] == "unknown" and d != "precision"]
     notes: dict[str, str] = {}
     if len(differing) == 1 and not unknown:
         cause[rest] = differing[0]
@@ -300,6 +320,8 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
                 detail += f"; the label tokens in the records: {protocol[name]['records']}"
             if status == "no difference" and protocol[name].get("by_audit"):
                 status = "same decisions, by its store's audit"
+            elif name == "precision" and protocol[name]["status"] == "unknown":
+                detail = f"A {protocol[name]['a'] or 'not recorded'}; B {protocol[name]['b'] or 'not recorded'}"
             elif status == "no difference" and protocol[name]["status"] != "same":
                 status = (NOT_IDENTIFIABLE if notes.get(name) == NOT_IDENTIFIABLE
                           else "differs; changes no item's outcome")
@@ -313,6 +335,11 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
                 status = "differs; changes no score here"  # e.g. one item per subject
         elif name == "remainder" and n_items:
             detail = notes.get("remainder", "")
+        elif name == "precision_noise":
+            from cube.analysis.noise import DECISION_NOISE
+
+            detail = ", ".join(f"{side} {d}: margin <= {DECISION_NOISE[d]:.3g}" for side, d in
+                               (("A", a.dtype), ("B", b.dtype)) if d in DECISION_NOISE) or "precision not recorded"
         elif name == "tie_break":
             detail = (f"audit: A {a.protocol.audit_verdict or 'not audited'}, "
                       f"B {b.protocol.audit_verdict or 'not audited'}")
@@ -374,6 +401,13 @@ def _weights_of(in_set: np.ndarray, subject: np.ndarray, aggregation: str) -> li
 FROZEN_AUDIT = Path("data") / "predictions" / "audit_frozen.json"
 
 
+def _cell_dtype(manifest: Mapping[str, Any], cell: Mapping[str, Any]) -> str | None:
+    """The precision the manifest records for this cell (``cube.analysis.noise.cell_dtypes``)."""
+    from cube.analysis.noise import CELL_KEY, cell_dtypes
+
+    return cell_dtypes(manifest).get(tuple(cell.get(k) for k in CELL_KEY))
+
+
 def explain_slices(spec_a: SliceSpec, spec_b: SliceSpec, allow_incomplete: bool = False,
                    verify: bool = True, B: int = 10_000, seed: int = 0) -> Explanation:
     """Read both stores (once where they are one), select one cell each, and explain the gap.
@@ -399,7 +433,8 @@ def explain_slices(spec_a: SliceSpec, spec_b: SliceSpec, allow_incomplete: bool 
         cell = first_cell(table)
         family = model_families(manifest).get(cell["model"])
         contexts = pc.unique(table.column("context")).to_pylist()
-        sides.append(Side(spec.text, table, spec.aggregation, describe(manifest, cell, frozen, family, contexts)))
+        sides.append(Side(spec.text, table, spec.aggregation, describe(manifest, cell, frozen, family, contexts),
+                          _cell_dtype(manifest, cell)))
     return explain(sides[0], sides[1], B=B, seed=seed)
 
 

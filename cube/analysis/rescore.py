@@ -60,6 +60,9 @@ SLICE_FIELDS = ("model", "scorer", "label_set", "shots", "order", "context")
 CELL_COLUMNS = ("model", "benchmark", "scorer", "label_set", "context", "shots", "order")
 LEVELS = ("subject", "category", "overall")
 PARSE_FAILURE_WARNING = 0.02  # a generation protocol above this rate gets a visible warning
+# A cell whose decisions are mostly tie-breaks (a degenerate first-token cell: every label one token
+# id) measures the tie-break rule, not the model: its accuracy gets a warning as loud as the above.
+TIE_WARNING = 0.5
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,7 +99,8 @@ def select(table: pa.Table, **filters: Any) -> pa.Table:
 
 RESULT_COLUMNS = (
     *CELL_COLUMNS, "level", "group", "aggregation", "n_subjects", "n", "n_correct",
-    "n_parse_failed", "accuracy", "ci_lo", "ci_hi", "parse_failure_rate",
+    "n_parse_failed", "accuracy", "ci_lo", "ci_hi", "parse_failure_rate", "n_tied", "tie_rate",
+    "n_within_noise", "within_noise_rate",
 )
 
 
@@ -110,6 +114,10 @@ class SubjectCounts:
     n: np.ndarray
     n_correct: np.ndarray
     n_parse_failed: np.ndarray
+    n_tied: np.ndarray  # decisions whose top score is shared: the prediction is the tie-break's
+    # decisions a change of layout alone could flip (``cube.analysis.noise``), float: NaN where
+    # unknown; None: not counted at all
+    n_within_noise: np.ndarray | None = None
 
 
 def subject_counts(table: pa.Table) -> SubjectCounts:
@@ -123,10 +131,18 @@ def subject_counts(table: pa.Table) -> SubjectCounts:
     failed = np.bincount(
         ids, weights=table.column("parse_failed").to_numpy().astype(np.float64), minlength=len(keys)
     ).astype(np.int64)
+    tied = np.bincount(
+        ids, weights=table.column("tied").to_numpy(zero_copy_only=False).astype(np.float64), minlength=len(keys)
+    ).astype(np.int64)
+    within = None
+    if "within_noise" in table.column_names:
+        # a null (precision or margin unknown) makes its group's count NaN: shown as not known
+        weights = pc.cast(table.column("within_noise"), pa.float64()).to_numpy(zero_copy_only=False)
+        within = np.bincount(ids, weights=weights, minlength=len(keys))
     cell_of_key: dict[tuple, int] = {}
     cell = np.array([cell_of_key.setdefault(k[:-1], len(cell_of_key)) for k in keys], np.int64)
     return SubjectCounts(
-        list(cell_of_key), cell, [k[-1] for k in keys], n, correct, failed
+        list(cell_of_key), cell, [k[-1] for k in keys], n, correct, failed, tied, within
     )
 
 
@@ -143,6 +159,8 @@ def _rows(
     accuracy: np.ndarray,
     lo: np.ndarray,
     hi: np.ndarray,
+    tied: np.ndarray,
+    within: np.ndarray | None = None,
 ) -> dict[str, list]:
     cell_keys = [counts.cells[int(c)] for c in cell]
     out: dict[str, list] = {
@@ -152,7 +170,12 @@ def _rows(
         level=[level] * len(cell), group=list(group), aggregation=[aggregation] * len(cell),
         n_subjects=n_subjects.tolist(), n=n.tolist(), n_correct=k.tolist(),
         n_parse_failed=failed.tolist(), accuracy=accuracy.tolist(), ci_lo=lo.tolist(),
-        ci_hi=hi.tolist(), parse_failure_rate=(failed / n).tolist(),
+        ci_hi=hi.tolist(), parse_failure_rate=(failed / n).tolist(), n_tied=tied.tolist(),
+        tie_rate=(tied / n).tolist(),
+        n_within_noise=[None if within is None or np.isnan(w) else int(w) for w in
+                        (within if within is not None else n)],
+        within_noise_rate=[None if within is None or np.isnan(w) else float(w / m) for w, m in
+                           zip(within if within is not None else n, n)],
     )
     return out
 
@@ -162,6 +185,7 @@ def _subject_level(counts: SubjectCounts, level: float) -> dict[str, list]:
     return _rows(
         counts, counts.cell, "subject", counts.subject, "pooled", np.ones_like(counts.n),
         counts.n, counts.n_correct, counts.n_parse_failed, counts.n_correct / counts.n, lo, hi,
+        counts.n_tied, counts.n_within_noise,
     )
 
 
@@ -184,17 +208,19 @@ def _aggregate(
         return np.bincount(inverse, weights=values[member_row].astype(np.float64), minlength=size)
 
     n, k, failed = total(counts.n), total(counts.n_correct), total(counts.n_parse_failed)
+    tied = total(counts.n_tied).astype(np.int64)
+    within = None if counts.n_within_noise is None else total(counts.n_within_noise)
     subjects = np.bincount(inverse, minlength=size)
     lo, hi = wilson_interval(k, n, level)
     micro = _rows(counts, cell, level_name, group, "micro", subjects, n.astype(np.int64),
-                  k.astype(np.int64), failed.astype(np.int64), k / n, lo, hi)
+                  k.astype(np.int64), failed.astype(np.int64), k / n, lo, hi, tied, within)
 
     p = counts.n_correct / counts.n
     mean = np.bincount(inverse, weights=p[member_row], minlength=size) / subjects
     inverse_n = np.bincount(inverse, weights=1.0 / counts.n[member_row], minlength=size)
     macro_lo, macro_hi = stratified_wilson_interval(mean, subjects**2 / inverse_n, level)
     macro = _rows(counts, cell, level_name, group, "macro", subjects, n.astype(np.int64),
-                  k.astype(np.int64), failed.astype(np.int64), mean, macro_lo, macro_hi)
+                  k.astype(np.int64), failed.astype(np.int64), mean, macro_lo, macro_hi, tied, within)
     return [micro, macro]
 
 
@@ -234,6 +260,9 @@ def _concat(parts: list[dict[str, list]], named_groups: frozenset[str] = frozens
     """One table, rows ordered by cell, then categories before named subsets, then name."""
     columns = {name: [v for part in parts for v in part[name]] for name in RESULT_COLUMNS}
     columns["shots"] = pa.array(columns["shots"], type=pa.int8())
+    for name in ("n_within_noise",):
+        columns[name] = pa.array(columns[name], type=pa.int64())
+    columns["within_noise_rate"] = pa.array(columns["within_noise_rate"], type=pa.float64())
     named = [g in named_groups for g in columns["group"]]
     table = pa.table({**columns, "_named": named})
     order = [(c, "ascending") for c in (*CELL_COLUMNS, "_named", "group", "aggregation")]
@@ -271,6 +300,26 @@ def parse_failure_warnings(
     return warnings
 
 
+def tie_warnings(counts: SubjectCounts, threshold: float = TIE_WARNING) -> list[str]:
+    """One warning per cell whose decisions are mostly tie-breaks (more than ``threshold`` tied).
+
+    Such a cell's accuracy is the tie-break rule's (the first tied option wins), not the model's:
+    the paper's degenerate first-token cells, where every label starts with the same token id.
+    """
+    n = np.bincount(counts.cell, weights=counts.n, minlength=len(counts.cells))
+    tied = np.bincount(counts.cell, weights=counts.n_tied, minlength=len(counts.cells))
+    warnings = []
+    for index, key in enumerate(counts.cells):
+        rate = tied[index] / n[index]
+        if rate > threshold:
+            cell = ", ".join(f"{name}={value}" for name, value in zip(CELL_COLUMNS, key))
+            warnings.append(
+                f"WARNING: tie-breaks decide {rate:.1%} ({int(tied[index])}/{int(n[index])}) of the decisions "
+                f"in {cell}; its accuracy measures the tie-break rule, not the model"
+            )
+    return warnings
+
+
 def rescore(
     table: pa.Table,
     level: str = "subject",
@@ -294,7 +343,7 @@ def rescore(
     else:
         rows = np.arange(len(counts.subject), dtype=np.int64)
         parts = _aggregate(counts, rows, ["all"] * len(rows), "overall", confidence)
-    return Rescored(_concat(parts, named), parse_failure_warnings(counts))
+    return Rescored(_concat(parts, named), parse_failure_warnings(counts) + tie_warnings(counts))
 
 
 def calibration(

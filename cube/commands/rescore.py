@@ -125,13 +125,26 @@ def format_rows(rows: list[dict]) -> str:
             title = _cell_title(r)
             lines.append(title)
             lines.append(f"{'group':<{width}}  {'level':<8} {'agg':<6} {'n':>6} {'acc':>6}  "
-                         f"{'95% CI':<15} {'parse-fail':>10}")
+                         f"{'95% CI':<15} {'parse-fail':>10} {'tied':>6} {'in-noise':>8}")
         lines.append(
             f"{r['group']:<{width}}  {r['level']:<8} {r['aggregation']:<6} {r['n']:>6} "
             f"{r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] "
-            f"{r['parse_failure_rate']:>10.1%}"
+            f"{r['parse_failure_rate']:>10.1%} {r['tie_rate']:>6.1%} {_share(r.get('within_noise_rate')):>8}"
         )
     return "\n".join(lines)
+
+
+def _share(rate) -> str:
+    return "-" if rate is None else f"{rate:.1%}"
+
+
+def with_noise_marks(table, path: str):
+    """``table`` with each decision marked when its margin is within its precision's measured
+    noise (``cube.analysis.noise``), from the precision each cell's manifest entry records."""
+    from cube.analysis.noise import cell_dtypes, mark_within_noise
+    from cube.records.store import read_manifest
+
+    return mark_within_noise(table, cell_dtypes(read_manifest(path)))
 
 
 def format_regression(regression) -> str:
@@ -189,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{_cell_title(r)}: ECE {r['ece']:.4f} over {r['n']} items")
         return 0
 
-    result = rescore(sliced, level=args.level, taxonomy=args.taxonomy)
+    result = rescore(with_noise_marks(sliced, args.records), level=args.level, taxonomy=args.taxonomy)
     warnings = incomplete + result.warnings
     for warning in result.warnings:
         print(warning, file=sys.stderr)

@@ -91,6 +91,32 @@ def build_spec(args: argparse.Namespace):
     return build(RunConfig.from_cli(args))
 
 
+def print_scores(out: Path, spec) -> None:
+    """Each cell's score of this run's model and scorers in the store, with its shares of tied
+    decisions and parse failures beside it (issue 36 §4): a run ends with its results, as every other
+    harness's does, and a tie-break's accuracy never stands as a plain number. The same warnings as
+    ``cube rescore`` follow."""
+    from cube.analysis.rescore import rescore, select
+    from cube.records.store import read_records
+
+    from cube.commands.rescore import _share, with_noise_marks
+
+    table = select(read_records(out, verify=False, allow_incomplete=True), model=spec.model,
+                   scorer=list(spec.scorers))
+    if table.num_rows == 0:
+        return
+    result = rescore(with_noise_marks(table, str(out)), level="overall")
+    print(f"{'cell':<58} {'n':>5} {'acc':>6}  {'95% CI':<15} {'tied':>6} {'parse-fail':>10} {'in-noise':>8}")
+    for r in result.rows.to_pylist():
+        if r["aggregation"] != "micro":
+            continue
+        cell = f"{r['model']} {r['scorer']} {r['label_set']} {r['context']} {r['shots']}-shot {r['order']}"
+        print(f"{cell:<58} {r['n']:>5} {r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] "
+              f"{r['tie_rate']:>6.1%} {r['parse_failure_rate']:>10.1%} {_share(r['within_noise_rate']):>8}")
+    for warning in result.warnings:
+        print(warning)
+
+
 def run(args: argparse.Namespace) -> int:
     from cube.harness.build import build_spec as build
     from cube.harness.runner import resume_plan
@@ -121,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
               f"model {spec.settings.model_source}, sha256 {spec.settings.model_sha256[:16]}...",
               file=sys.stderr)
         if not plan.todo:
+            print_scores(config.out, spec)
             return 0
         from cube.harness.backends import open_backend
 
@@ -128,4 +155,5 @@ def run(args: argparse.Namespace) -> int:
         # The plan is this lock's: the library neither re-tries the prompts nor re-plans the resume.
         log = run_spec(backend, spec, config.out, model_sha256=spec.settings.model_sha256, plan=plan)
     print(f"wrote {log['records_written']} records in {log['jobs_run']} shards, {log['wall_s']} s", file=sys.stderr)
+    print_scores(config.out, spec)
     return 0

@@ -349,3 +349,56 @@ def test_an_aggregation_or_sample_that_changes_no_score_says_it_differs(tmp_path
     e = explained(path, more)
     assert e.gap == 0 and e.factor("sample").status == "differs; changes no score here"
     assert "the label tokens in the records: same" in e.factor("label_tokenization").detail
+
+
+# --------------------------------------------------------------------------------------------
+# Precision (issues 32 §1 and 33 §1)
+# --------------------------------------------------------------------------------------------
+
+
+def _store_in(tmp_path, name: str, recs: list[dict], dtype: str) -> str:
+    """A store whose manifest records its cell's precision, as ``cube run`` writes it."""
+    from cube.records.store.cells import record_cells
+
+    record_cells(tmp_path / name, {"m1/label--L1_halfwidth__zh_cue__0shot__original": {
+        "kind": "label", "model": "m1", "scorers": ["M1-seq"], "label_set": "L1_halfwidth",
+        "context": "zh_cue", "shots": 0, "order": "original", "dtype": dtype}}, ())
+    return store(tmp_path, name, recs)
+
+
+def _explained_recorded(a: str, b: str):
+    """The cell configuration names no shard plan (n_items, shard_size): read what is present."""
+    return explain_slices(parse_slice(a), parse_slice(b), B=500, allow_incomplete=True)
+
+
+def _close(uid: str, pred: int) -> dict:
+    """A decision by a margin of 0.1: inside bf16's measured noise, far outside fp32's."""
+    scores = [-1.0, -1.1, -3.0, -4.0] if pred == 0 else [-1.1, -1.0, -3.0, -4.0]
+    return record(uid=uid, pred=pred, scores=scores, **TOKENS)
+
+
+def test_precision_is_named_when_the_slices_differ_in_it_and_close_flips_are_noise(tmp_path):
+    from cube.analysis.noise import DECISION_NOISE
+
+    assert DECISION_NOISE["float32"] < 0.1 < DECISION_NOISE["bfloat16"]
+    right = pattern(3)
+    flipped = shifted(right, up=4, down=1)
+    changed = [u for u in UIDS if right[u] != flipped[u]]
+    noisy = set(changed[:2])  # two of the flips are close calls on both sides
+    a = [(_close(u, 0 if right[u] else 1) if u in noisy else
+          record(uid=u, pred=0 if right[u] else 1, scores=scores_for(0 if right[u] else 1), **TOKENS)) for u in UIDS]
+    b = [(_close(u, 0 if flipped[u] else 1) if u in noisy else
+          record(uid=u, pred=0 if flipped[u] else 1, scores=scores_for(0 if flipped[u] else 1), **TOKENS))
+         for u in UIDS]
+    e = _explained_recorded(_store_in(tmp_path, "fp32", a, "float32"), _store_in(tmp_path, "bf16", b, "bfloat16"))
+    assert e.protocol["precision"] == {"status": "differs", "a": "float32", "b": "bfloat16"}
+    assert sum((f.share for f in e.factors), Fraction(0)) == e.gap  # still exactly the gap
+    noise, precision = e.factor("precision_noise"), e.factor("precision")
+    assert noise.items == 2 and precision.items == len(changed) - 2
+    assert e.factor("remainder").items == 0  # precision is the one protocol difference: named
+    gained = lambda us: Fraction(sum(1 if flipped[u] else -1 for u in us), len(UIDS))  # noqa: E731
+    assert noise.share == gained(noisy) and precision.share == gained(set(changed) - noisy)
+    # one precision on both sides: the close flips are still noise, the rest the unexplained remainder
+    e = _explained_recorded(_store_in(tmp_path, "bf16a", a, "bfloat16"), _store_in(tmp_path, "bf16b", b, "bfloat16"))
+    assert e.protocol["precision"]["status"] == "same"
+    assert e.factor("precision_noise").items == 2 and e.factor("remainder").items == len(changed) - 2

@@ -181,6 +181,28 @@ def test_parse_failures_count_as_not_correct_and_warn_above_two_percent():
     assert row["accuracy"] == pytest.approx(0.97)
 
 
+def test_tie_share_is_reported_per_cell_and_a_mostly_tied_cell_warns():
+    """Issue 36 §4: a degenerate cell (every label one token id) decides by tie-break; its share of
+    tied decisions is in every row, and above half the cell gets a warning naming it."""
+    tied = [-1.0, -1.0, -1.0, -1.0]  # every option one score: the first one wins the tie-break
+
+    def cell(model, n_tied, n=10):
+        return [record(model=model, uid=f"cmmlu/{SUBJECTS[i % 2]}/test/{i}", pred=0,
+                       scores=tied if i < n_tied else scores_for(0)) for i in range(n)]
+
+    recs = cell("degenerate", 6) + cell("half", 5) + cell("clean", 0)
+    for level in ("subject", "overall"):
+        result = rescore(table(recs), level)
+        for r in result.rows.to_pylist():  # a naive count of the records behind each row
+            mine = [x for x in recs if x["model"] == r["model"]
+                    and (level == "overall" or x["subject"] == r["group"])]
+            assert r["n_tied"] == sum(x["tied"] for x in mine)
+            assert r["tie_rate"] == pytest.approx(r["n_tied"] / len(mine))
+        assert len(result.warnings) == 1
+        assert "tie-breaks decide 60.0% (6/10)" in result.warnings[0]
+        assert "model=degenerate" in result.warnings[0]
+
+
 def test_select_filters_each_field_with_one_or_many_values():
     data = table(random_records())
     assert select(data).num_rows == data.num_rows

@@ -72,6 +72,23 @@ def test_parse_failure_warning_is_visible(run, store):
     assert "WARNING" in out  # also under the table, where a reader looks
 
 
+def test_a_mostly_tied_cell_shows_its_tie_share_and_warns(run, tmp_path):
+    """Issue 36 §4: the tie share beside each score, in the table and the JSON, and a warning in both
+    places the parse-failure warning goes."""
+    recs = [record(model="degen", uid=f"cmmlu/arts/test/{row}", pred=0,
+                   scores=[-1.0] * 4 if row < 7 else scores_for(0)) for row in range(10)]
+    write_records(tmp_path / "recs", table(recs))
+    code, out, err = run(str(tmp_path / "recs"))
+    assert code == 0
+    assert out.splitlines()[1].split()[-2] == "tied" and out.splitlines()[2].split()[-2] == "70.0%"
+    warning = "WARNING: tie-breaks decide 70.0% (7/10) of the decisions"
+    assert warning in err and warning in out
+    _, out, _ = run(str(tmp_path / "recs"), "--json")
+    report = json.loads(out)
+    assert [(r["n_tied"], r["tie_rate"]) for r in report["rows"]] == [(7, 0.7)] * 2
+    assert any(w.startswith(warning) for w in report["warnings"])
+
+
 def test_versus_prints_the_regression_table(run, store):
     code, out, _ = run(store, "--model", "v1", "--scorer", "M1-seq", "--versus", "model=v2")
     assert code == 0

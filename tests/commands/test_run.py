@@ -44,6 +44,12 @@ def test_real_model_run_writes_records_and_resumes(tmp_path, capsys):
     assert main(argv) == 0
     table = read_records(out)
     assert table.num_rows == 2 * 2 * 2  # items x label sets x scorers
+    # the run ends with each cell's score, its tie and parse-failure shares (issue 36 §4)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].split()[-3:] == ["tied", "parse-fail", "in-noise"]
+    circled_line = next(line for line in printed if "M1-strict L4_circled zh_cue 0-shot" in line)
+    assert circled_line.split()[-3:-1] == ["100.0%", "0.0%"]
+    assert any(line.startswith("WARNING: tie-breaks decide 100.0% (2/2)") for line in printed)
     circled = [r for r in table.to_pylist() if r["label_set"] == "L4_circled" and r["scorer"] == "M1-strict"]
     assert all(r["tied"] and r["tie_groups"] == "0=1=2=3" for r in circled)  # predicted DEGEN for smollm2
     import json

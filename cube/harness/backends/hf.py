@@ -81,6 +81,44 @@ def sliding_window(config) -> int | None:
     return int(window)
 
 
+def layer_masks(config, seen, key_pos, query_pos, window: int, additive_dtype=None):
+    """The attention masks of a sliding-window model, built from true positions: a dict by layer
+    type for a model that names its layers' types (Gemma 3), else one mask (every layer slides).
+
+    Why cube builds them itself: transformers derives the window from a key's index in the KV
+    cache, and its sliding cache layer keeps only the last ``window - 1`` cache entries. Both are
+    right only for one unpadded sequence. In a prefix tree a parent's cache row carries right
+    padding and a packed row holds several sequences, so the index is not the position: queries
+    below the window lost real keys to padding, and past it packed rows saw keys outside it
+    (issue 32). Here a key is visible to a query at a sliding layer iff it is visible at a full
+    layer (``seen``: the query's own sequence, not after it) and ``query_pos - key_pos < window``,
+    transformers' own rule (``masking_utils.sliding_window_overlay``) on positions.
+
+    ``seen`` is (batch, queries, keys) bool, the positions (batch, keys) and (batch, queries).
+    ``additive_dtype``: eager attention adds its mask to the scores, so it gets 0 / the dtype's
+    minimum (as transformers' own eager masks) instead of booleans.
+    """
+    import torch
+
+    sliding = seen & ((query_pos[:, :, None] - key_pos[:, None, :]) < window)
+
+    def form(mask):
+        mask = mask.unsqueeze(1)
+        if additive_dtype is None:
+            return mask
+        return torch.zeros(mask.shape, dtype=additive_dtype, device=mask.device).masked_fill(
+            ~mask, torch.finfo(additive_dtype).min)
+
+    kinds = getattr(config, "layer_types", None)
+    if kinds is None:
+        return form(sliding)
+    unknown = sorted(set(kinds) - {"full_attention", "sliding_attention"})
+    if unknown:
+        raise CubeError(f"layer types {unknown}: cube builds masks for full and sliding attention only; "
+                        "score this model with the reference backend")
+    return {"full_attention": form(seen), "sliding_attention": form(sliding)}
+
+
 def _select_cache_rows(cache, rows):
     """A new cache holding ``rows`` of ``cache`` (with repeats); ``cache`` itself stays intact.
 
@@ -134,7 +172,10 @@ class HFBackend(Backend):
         self.progress = progress
         # a subtree of at most this many tokens runs as one packed row (``packing``); 0: node by node
         self.pack_tokens = pack_tokens if packing_supported(model) else 0
+        # a sliding-window model gets its masks from cube (``layer_masks``) and a cache that keeps
+        # every key (``_full_cache``), on every path: node by node, packed, eager
         self.pack_window = sliding_window(model.config)
+        self.additive_masks = getattr(model.config, "_attn_implementation", None) == "eager"
         self.pad_id = 0  # any valid id: padded positions are masked out and never scored
         self.counter = ForwardCounter()
         self._check_head_matches_model()
@@ -194,6 +235,23 @@ class HFBackend(Backend):
                 "score this model with the reference backend"
             )
 
+    def _full_cache(self, cache):
+        """For a sliding-window model, a cache whose layers keep every key (a plain ``DynamicCache``
+        with no config): the window is in the masks, not in what the cache drops."""
+        if cache is not None or self.pack_window is None:
+            return cache
+        from transformers.cache_utils import DynamicCache
+
+        return DynamicCache()
+
+    def _masks(self, seen, key_pos, query_pos):
+        """What ``body`` takes as its mask for these (batch, queries, keys) visibilities: the
+        4-D boolean mask itself, or by layer type for a sliding-window model (``layer_masks``)."""
+        if self.pack_window is None:
+            return seen.unsqueeze(1)
+        dtype = self.head_native.dtype if self.additive_masks else None
+        return layer_masks(self.model.config, seen, key_pos, query_pos, self.pack_window, dtype)
+
     def _run_body(self, ids, mask, positions, cache=None, n_real: int | None = None):
         out = self.body(
             input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
@@ -231,18 +289,16 @@ class HFBackend(Backend):
             total=total, desc="score", unit="tok", disable=not self.progress
         ) as bar:
             self._run_tree(root.children, None, None, [None] * len(root.children), batch_size, bar,
-                           (sizes, ends))
+                           (sizes, ends), None)
             return self._read_scores(plans, where)
 
     def _packable(self, node: Segment, sizes) -> bool:
-        tokens, ends = sizes
-        if not self.pack_tokens or tokens[id(node)] > self.pack_tokens:
-            return False
-        # one mask serves every layer: exact only where no sliding window can cut a sequence
-        return self.pack_window is None or ends[id(node)] <= self.pack_window
+        tokens, _ = sizes
+        # past a sliding window too: the packed row's masks are by layer type (``layer_masks``)
+        return bool(self.pack_tokens) and tokens[id(node)] <= self.pack_tokens
 
     def _run_tree(self, nodes: list[Segment], parent_cache, parent_mask, parent_rows: list,
-                  batch_size: int, bar, sizes) -> None:
+                  batch_size: int, bar, sizes, parent_pos) -> None:
         """Run ``nodes`` on their parents' cache rows and keep the hidden states at their scored
         positions: a node whose whole subtree is small runs with that subtree as one packed row
         (``_run_packed``); any other runs alone (batched by length, right-padded), then its
@@ -250,12 +306,13 @@ class HFBackend(Backend):
 
         Depth first, batch by batch, so only the caches on the current path are alive. Right
         padding is never seen: a node's own tokens come before its pads, and its children's mask
-        hides them.
+        hides them. ``parent_pos`` holds each cache column's position id, which a sliding window
+        is measured in (``layer_masks``); None for a model without one.
         """
         packed = [i for i, node in enumerate(nodes) if self._packable(node, sizes)]
         if packed:
             self._run_packed([nodes[i] for i in packed], parent_cache, parent_mask,
-                             [parent_rows[i] for i in packed], batch_size, bar, sizes[0])
+                             [parent_rows[i] for i in packed], batch_size, bar, sizes[0], parent_pos)
             if len(packed) == len(nodes):
                 return
             chosen = set(packed)
@@ -274,12 +331,21 @@ class HFBackend(Backend):
             starts = torch.tensor([nodes[i].start for i in chunk]).unsqueeze(1)
             positions = (starts + torch.arange(width).unsqueeze(0)).to(self.device)
             own = own.to(self.device)
+            key_pos = positions
             if parent_cache is None:
                 mask, cache = own, None
             else:
                 rows = torch.tensor([parent_rows[i] for i in chunk], device=self.device)
                 mask, cache = torch.cat([parent_mask[rows], own], dim=1), _select_cache_rows(parent_cache, rows)
-            hidden, cache = self._run_body(ids.to(self.device), mask, positions, cache)
+                if self.pack_window is not None:
+                    key_pos = torch.cat([parent_pos[rows], positions], dim=1)
+            if self.pack_window is None:
+                body_mask = mask  # 2-D: transformers makes it causal
+            else:  # a key is seen if it is real and not after the query (parents' all come before)
+                seen = mask.bool()[:, None, :] & (key_pos[:, None, :] <= positions[:, :, None])
+                body_mask = self._masks(seen, key_pos, positions)
+            hidden, cache = self._run_body(ids.to(self.device), body_mask, positions, self._full_cache(cache),
+                                           n_real=int(own.sum()))
             for r, i in enumerate(chunk):
                 node = nodes[i]
                 if node.scored:
@@ -288,10 +354,10 @@ class HFBackend(Backend):
             children = [(child, r) for r, i in enumerate(chunk) for child in nodes[i].children]
             if children:
                 self._run_tree([c for c, _ in children], cache, mask, [r for _, r in children], batch_size,
-                               bar, sizes)
+                               bar, sizes, key_pos if self.pack_window is not None else None)
 
     def _run_packed(self, units: list[Segment], parent_cache, parent_mask, parent_rows: list,
-                    batch_size: int, bar, tokens: dict[int, int]) -> None:
+                    batch_size: int, bar, tokens: dict[int, int], parent_pos=None) -> None:
         """Whole subtrees, packed into rows (``packing.pack_rows``) and run in a few large forwards
         under a tree mask; nothing below them runs again, so their own cache is dropped."""
         torch = self.torch
@@ -303,15 +369,19 @@ class HFBackend(Backend):
             ids = torch.from_numpy(np.stack([rows[r].tokens(width, self.pad_id) for r in chunk]))
             positions = torch.from_numpy(np.stack([rows[r].positions(width) for r in chunk]))
             mask = torch.from_numpy(np.stack([rows[r].mask(width) for r in chunk])).to(self.device)
+            positions = positions.to(self.device)
+            key_pos = positions
             cache = None
             if parent_cache is not None:
                 index = torch.tensor([rows[r].parent_row for r in chunk], device=self.device)
                 seen = parent_mask[index].bool()  # the parent's own right padding stays hidden
                 mask = torch.cat([seen.unsqueeze(1).expand(-1, width, -1), mask], dim=2)
                 cache = _select_cache_rows(parent_cache, index)
+                if self.pack_window is not None:
+                    key_pos = torch.cat([parent_pos[index], positions], dim=1)
             n_real = sum(rows[r].length for r in chunk)
-            hidden, _ = self._run_body(ids.to(self.device), mask.unsqueeze(1), positions.to(self.device), cache,
-                                       n_real=n_real)
+            hidden, _ = self._run_body(ids.to(self.device), self._masks(mask, key_pos, positions), positions,
+                                       self._full_cache(cache), n_real=n_real)
             for b, r in enumerate(chunk):
                 for node, offset in zip(rows[r].nodes, rows[r].offsets):
                     if node.scored:
