@@ -192,7 +192,7 @@ def _spec_for(config: RunConfig, dry_run: bool, stand_ins: dict):
     def build(config: RunConfig):
         # Planned here, run on the cluster's nodes: the device is checked where the job runs.
         spec = build_spec(replace(config, device="cpu"))
-        return replace(spec, extra={**spec.extra, "device": config.device})
+        return replace(spec, settings=replace(spec.settings, device=config.device))
 
     try:
         return build(config), False
@@ -203,7 +203,7 @@ def _spec_for(config: RunConfig, dry_run: bool, stand_ins: dict):
     if key not in stand_ins:
         stand_ins[key] = build(replace(config, model=STAND_IN))
     spec = stand_ins[key]
-    return replace(spec, model=config.model, extra={**spec.extra, "model_sha256": None}), True
+    return replace(spec, model=config.model, settings=replace(spec.settings, model_sha256=None, model_files=None, model_source=None)), True
 
 
 def _units(spec) -> list:
