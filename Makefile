@@ -35,7 +35,10 @@ lmeval-env:
 
 # The real OpenCompass 0.5.4 in its own venv (wheels only): it wrote data/imported/opencompass-smollm2,
 # and tests/records/test_opencompass_import.py runs it where it exists (not a test prerequisite).
-.PHONY: opencompass-env
+.PHONY: opencompass-env slurm-env
+# Slurm and munge (Debian) for the plan's test on a one-node cluster (tests/harness/test_plan_slurm.py).
+slurm-env:
+	scripts/slurm_local.sh install
 opencompass-env:
 	scripts/install_opencompass_env.sh
 
@@ -74,7 +77,7 @@ test: $(STAMP) test-data
 	$(UNIT_TESTS)
 	$(BOOK_TESTS)
 
-test-prereqs: vllm-env lmeval-env test-models book-after-system-deps
+test-prereqs: vllm-env lmeval-env test-models book-after-system-deps slurm-env
 
 book-after-system-deps: system-deps
 	$(MAKE) --no-print-directory book
