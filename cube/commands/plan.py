@@ -101,8 +101,9 @@ def _size(n: int | None) -> str:
     return f"{n} B"
 
 
-def print_plan(plan, out=sys.stdout) -> None:
+def print_plan(plan, out=None) -> None:
     """Per model: jobs, items, cells, records, disk and the largest job's memory and GPU memory."""
+    out = out if out is not None else sys.stdout  # read at call time: a caller may have replaced it
     print(f"{'model':<32} {'jobs':>5} {'items':>6} {'cells':>5} {'records':>10} {'disk':>10} "
           f"{'memory/job':>11} {'GPU/job':>9}", file=out)
     totals = [0, 0, 0]
