@@ -138,32 +138,20 @@ def code_sha256() -> str:
 
 def weight_bytes(model: str, dtype: str) -> tuple[int, str]:
     """The model's weights in ``dtype`` and how that was found: its stored files, else its name."""
+    from cube.harness.model_spec import parameter_count
     from cube.harness.models import model_dir
 
     per = DTYPE_BYTES.get(dtype, 4)
     folder = model_dir(model)
     stored = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
     if stored:
-        params = _safetensors_params(stored)
+        params = parameter_count(folder)
         return params * per, f"{params / 1e9:.3g}B parameters counted in its safetensors"
     match = re.search(r"(\d+(?:\.\d+)?)b\b", model.lower().replace("_", "-"))
     if match:
         params = int(float(match.group(1)) * 1e9)
         return params * per, f"{match.group(1)}B parameters, nominal (from the name; its files were not read)"
     return 0, "unknown: neither its files nor its name give a size"
-
-
-def _safetensors_params(paths: Sequence[Path]) -> int:
-    """Parameters in safetensors files, read from their JSON headers (no tensor is loaded)."""
-    total = 0
-    for path in paths:
-        with path.open("rb") as f:
-            size = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(size)) if 0 < size < (100 << 20) else {}
-        for name, entry in header.items():
-            if name != "__metadata__":
-                total += math.prod(entry.get("shape") or [1])
-    return total
 
 
 def job_resources(model: str, config: RunConfig, rows: int, basis_cache: dict) -> JobResources:
