@@ -98,7 +98,8 @@ def print_import(args: argparse.Namespace, imported, out, tokenizer, format_repo
 
 def run(args: argparse.Namespace) -> int:
     from cube.analysis.confirm import model_families
-    from cube.protocol.items import default_benchmark_root, load_items
+    from cube.protocol.benchmarks import load_items
+    from cube.protocol.items import default_benchmark_root
     from cube.records.lm_eval_import import (
         BENCHMARK_SPLITS,
         benchmark_of,

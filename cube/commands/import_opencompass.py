@@ -47,7 +47,8 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from cube.analysis.confirm import model_families
     from cube.commands.import_lm_eval import audit_tokenizer, one_benchmark, print_import, refuse_used_out
-    from cube.protocol.items import default_benchmark_root, load_items
+    from cube.protocol.benchmarks import load_items
+    from cube.protocol.items import default_benchmark_root
     from cube.records.lm_eval_import import check_metadata_clean, write_store
     from cube.records.opencompass_import import (
         BENCHMARK_SPLITS,

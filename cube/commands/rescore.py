@@ -79,7 +79,7 @@ def load(path: str, args: argparse.Namespace, columns=(), allow_incomplete: bool
 
     items = None
     if args.items:
-        from cube.protocol.items import load_items
+        from cube.protocol.benchmarks import load_items
 
         benchmark, _, splits = args.items.partition("/")
         items = load_items(benchmark, splits=splits or "test")

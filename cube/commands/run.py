@@ -28,7 +28,11 @@ def register(subparsers) -> None:
     p.add_argument("--model", required=True,
                    help="a demo model name (config/models.yaml demo_models), a Hugging Face folder, a .gguf file, "
                         "or hf:ORG/NAME@<40-hex commit> (README: Your own model)")
-    p.add_argument("--benchmark", default=D("benchmark"), choices=["cmmlu", "ceval"])
+    p.add_argument("--benchmark", default=D("benchmark"),
+                   help="cmmlu, ceval, or your own multiple-choice file: a .jsonl/.csv/.parquet file or a folder of "
+                        "dev/val/test files (README: Your benchmark)")
+    p.add_argument("--card", type=Path, help="your file's card (YAML: name, language, header, line formats, answer "
+                                             "contexts, licence); default: <file stem>.card.yaml beside it")
     p.add_argument("--split", default=D("split"))
     p.add_argument("--data", type=Path, help="benchmark folder (default: the lookup of `cube data list`)")
     p.add_argument("--sample", type=int, help="stratified sample size (every subject represented)")
@@ -124,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
     from cube.records.store import create_store, writer_lock
 
     from cube.harness.build import degenerate_warnings
+    from cube.protocol.user_file import option_warnings
     from cube.harness.model_spec import parse_model
     from cube.tokenizers.audit import format_run_audit
 
@@ -139,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         # the audit made before the weights load; printed once the store has taken the run, so
         # that a refused run is its one error line
         print(format_run_audit(spec.model, list(spec.settings.audit)), end="", file=sys.stderr)
-        for line in degenerate_warnings(spec):
+        for line in degenerate_warnings(spec) + option_warnings(list(spec.items)):
             print(f"WARNING: {line}", file=sys.stderr)
         dtype = spec.settings.dtype
         print(f"{spec.model}: {len(spec.items)} items x {len(spec.cells)} cells, {len(plan.todo)} shards to run, "

@@ -9,7 +9,6 @@ argparse. Apart from ``cube.harness.run_config`` so that the runner can take its
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from cube.errors import ConfigError
 from cube.harness.run_config import RunConfig, RunSettings
@@ -19,11 +18,11 @@ from cube.harness.runner import GENERATION_SCORERS, RunSpec, preflight
 FIRST_TOKEN_SCORERS = ("M1-strict",)
 
 
-def check_contexts(contexts: tuple[str, ...]) -> None:
+def check_contexts(contexts: tuple[str, ...], templates: dict | None = None) -> None:
     """An unknown name is the answer-context reader's own one-line error (``load_contexts``)."""
     from cube.protocol.prompts import load_contexts
 
-    load_contexts(contexts)
+    load_contexts(contexts, templates)
 
 
 def build_spec(config: RunConfig, model=None) -> RunSpec:
@@ -41,21 +40,24 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     """
     from cube.harness.model_spec import check_fits, parameter_count, parse_model
     from cube.harness.precision import check_device, choose_dtype
-    from cube.protocol.items import default_benchmark_root, load_items, stratified_sample
-    from cube.protocol.label_sets import select_label_sets
+    from cube.protocol.benchmarks import resolve
+    from cube.protocol.items import stratified_sample
+    from cube.protocol.label_sets import select_label_sets, short_label_sets
     from cube.protocol.prompts import Cell
     from cube.records.leakage import build_index
 
     check_device(config.device)  # before items and the model load (torch's own errors are tracebacks)
     if model is None:
         model = parse_model(config.model, config.trust_remote_code)  # a bad SPEC fails here, not at load
-    check_contexts(config.contexts)
+    bench = resolve(config.benchmark, config.card)  # a user's file is read and checked whole here
+    templates = bench.templates()
+    check_contexts(config.contexts, templates)
     label_sets = select_label_sets(list(config.label_sets))
     cells = [Cell(ls, ctx, n, order) for ls in label_sets for ctx in config.contexts
              for n in config.shots for order in config.orders]
     subjects = list(config.subjects) if config.subjects is not None else None
-    root = default_benchmark_root(config.benchmark, config.data)
-    items = load_items(config.benchmark, root, splits=(config.split,), subjects=subjects)
+    root = bench.root(config.data)
+    items = bench.load(root, (config.split,), subjects)
     for option, size in (("--within", config.within), ("--sample", config.sample)):
         if size is not None and size > len(items):
             raise ConfigError(f"{option} {size} is more than the {len(items)} {config.split} items to draw from")
@@ -63,25 +65,27 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
         items = stratified_sample(items, config.within, config.seed)
     if config.sample is not None:
         items = stratified_sample(items, config.sample, config.seed)
-    dev = load_items(config.benchmark, root, splits=("dev",), subjects=subjects) if any(config.shots) else []
+    short = short_label_sets(label_sets, [len(item.options) for item in items])
+    if short is not None:
+        raise ConfigError(short)
+    dev = bench.load(root, ("dev",), subjects) if any(config.shots) else []
     index = None
     if set(config.scorers) & set(GENERATION_SCORERS):  # generations are scrubbed of every item's text
-        splits = [s for s in ("dev", "val", "test") if (Path(root) / s).is_dir()]
-        index = build_index(load_items(config.benchmark, root, splits=splits))
+        index = build_index(bench.load(root, bench.present_splits(root)))
     precision = choose_dtype(config.dtype, config.device)
     identity = model.identity()  # hashed in full: the folder's files, or the GGUF file
     if model.kind in ("folder", "hub"):  # a demo or GGUF model's folder is checked once converted (load_model)
         check_fits(model.name, parameter_count(model.folder()), precision.dtype, config.device)
     spec = RunSpec(
         model=model.name, items=tuple(items), cells=tuple(cells), scorers=tuple(config.scorers),
-        leakage_index=index, dev_items=tuple(dev), shard_size=config.shard_size, batch_size=config.batch_size,
+        leakage_index=index, dev_items=tuple(dev), templates=templates, shard_size=config.shard_size, batch_size=config.batch_size,
         shard=config.shard, max_new_tokens=config.max_new_tokens,
         settings=RunSettings(
-            benchmark=config.benchmark, split=config.split, sample=config.sample, within=config.within,
+            benchmark=bench.name, benchmark_sha256=bench.sha256, split=config.split, sample=config.sample, within=config.within,
             seed=config.seed, subjects=subjects, model_sha256=identity.digest, model_files=identity.files,
             model_source=model.described, device=config.device, dtype=precision.dtype,
             dtype_reason=precision.reason, backend=config.backend, config=config,
-            audit=tuple(audit_cells(model, label_sets, config)),
+            audit=tuple(audit_cells(model, label_sets, config, templates, max(len(i.options) for i in items))),
         ),
     )
     preflight(spec)  # every prompt the run will build: shots, orders, label sets, names
@@ -89,14 +93,19 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     return spec
 
 
-def audit_cells(model, label_sets, config: RunConfig) -> list:
+def audit_cells(model, label_sets, config: RunConfig, templates: dict | None = None,
+                n_options: int | None = None) -> list:
     """Every (label set x answer context x shots) cell on the tokenizer the run scores with,
-    before any weights load: the same cells ``cube audit --model`` prints."""
+    before any weights load: the same cells ``cube audit --model`` prints. ``n_options``: the most
+    options an item of the run has; a longer set is audited on the labels it shows (its first N)."""
+    from cube.protocol.label_sets import LabelSet
     from cube.protocol.prompts import load_contexts
     from cube.tokenizers.audit import audit_run_cells
 
-    return audit_run_cells(model.tokenizer(), model.name, label_sets, load_contexts(config.contexts),
-                           sorted(set(config.shots)))
+    if n_options is not None:
+        label_sets = [LabelSet(ls.name, ls.labels[:n_options]) if len(ls) > n_options else ls for ls in label_sets]
+    return audit_run_cells(model.tokenizer(), model.name, label_sets, load_contexts(config.contexts, templates),
+                           sorted(set(config.shots)), templates)
 
 
 def degenerate_warnings(spec: RunSpec) -> list[str]:

@@ -25,7 +25,7 @@ from cube.errors import ConfigError
 
 # The options a logged command spells out, in the order it spells them: all but ``data`` and
 # ``device``, which name this machine (``device`` is still logged, in the cell configurations).
-COMMAND_FIELDS = ("model", "benchmark", "split", "sample", "within", "seed", "subjects", "label_sets", "scorers",
+COMMAND_FIELDS = ("model", "benchmark", "card", "split", "sample", "within", "seed", "subjects", "label_sets", "scorers",
                   "shots", "contexts", "orders", "backend", "dtype", "batch_size", "shard_size", "shard",
                   "max_new_tokens", "out")
 LIST_FIELDS = ("subjects", "label_sets", "scorers", "shots", "contexts", "orders")
@@ -64,6 +64,7 @@ class RunConfig:
     device: str = "cpu"
     strict_audit: bool = False  # a first-token scorer on a DEGEN cell is an error, not a warning
     trust_remote_code: bool = False  # only for an hf:ORG/NAME@<commit> model (cube.harness.model_spec)
+    card: Path | None = None  # a user's benchmark file's card (README: Your benchmark); None: the one beside it
 
     def __post_init__(self) -> None:
         from cube.protocol.scorers import run_scorers  # the scorer table itself: no pyarrow for a config
@@ -73,7 +74,7 @@ class RunConfig:
             if value is not None:
                 object.__setattr__(self, name, tuple(value))
         object.__setattr__(self, "shard", tuple(self.shard))
-        for name in ("out", "data"):
+        for name in ("out", "data", "card"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, Path(value))
@@ -137,6 +138,8 @@ class RunConfig:
         """The configuration as the run log records it (JSON values; no ``data``, a local path)."""
         logged = asdict(self)
         del logged["data"]
+        if logged["card"] is None:  # the logged form of runs before cards existed
+            del logged["card"]
         for name, value in logged.items():
             if isinstance(value, tuple):
                 logged[name] = list(value)
@@ -156,7 +159,7 @@ class RunConfig:
 
 # The settings every cell configuration records (``cube.harness.runner.cell_configs``), in order.
 RECORDED_SETTINGS = ("model_sha256", "dtype", "backend", "device", "benchmark", "split", "subjects",
-                     "sample", "within", "seed", "model_files")
+                     "sample", "within", "seed", "model_files", "benchmark_sha256")
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,9 @@ class RunSettings:
     backend: str | None = None
     config: RunConfig | None = None
     audit: tuple[Any, ...] = ()  # cube.tokenizers.audit.RunCellAudit, made before the weights load
+    # A user's benchmark file (and card): its sha256, so that a resume on a changed file is refused
+    # (the items' uid + question hash would not show a changed option or answer). None: a registered one.
+    benchmark_sha256: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("subjects", "model_files"):
@@ -198,14 +204,15 @@ class RunSettings:
         """The settings a cell configuration records, as JSON values (the manifest compares them).
 
         ``model_files`` only where there are some: a demo model's cells (identity: the pinned GGUF
-        sha256) record what they recorded before it existed, so their configuration hash stays."""
+        sha256) record what they recorded before it existed, so their configuration hash stays.
+        ``benchmark_sha256`` likewise only for a user's file: CMMLU's cells keep their hash."""
         out = {}
         for name in RECORDED_SETTINGS:
             value = getattr(self, name)
-            if name == "model_files":
+            if name in ("model_files", "benchmark_sha256"):
                 if value is None:
                     continue
-                value = dict(value)
+                value = dict(value) if name == "model_files" else value
             elif isinstance(value, tuple):
                 value = list(value)
             out[name] = value

@@ -39,7 +39,7 @@ from cube.harness.run_config import RECORDED_SETTINGS, RunConfig, RunSettings  #
 from cube.harness.threads import thread_log
 from cube.protocol.scorers import PASSES, SCORERS, ContinuationScores, ScoreResult, pass_scorers
 from cube.protocol.items import Item
-from cube.protocol.prompts import Cell, cloze_prompt, judgement_prompts, load_templates, render_prompt
+from cube.protocol.prompts import Cell, cloze_prompt, judgement_prompts, render_prompt
 from cube.records.leakage import LeakageIndex, scrub
 from cube.records.schema import (  # noqa: F401
     ALL_SCORERS,
@@ -70,6 +70,17 @@ class RunSpec:
     # Every item of the benchmark, indexed, so that a generation quoting ANOTHER item is scrubbed
     # before it is written too (cube.records.leakage); None scrubs against the record's own item only.
     leakage_index: LeakageIndex | None = field(default=None, compare=False, repr=False)
+    # The benchmark's templates (``Benchmark.templates``: its prompt format and card); None: the exam
+    # format of config/templates.yaml, as every spec had before formats existed.
+    templates: dict | None = field(default=None, compare=False, repr=False)
+
+    def prompt_templates(self) -> dict:
+        """The templates every prompt of this run is rendered with."""
+        if self.templates is not None:
+            return self.templates
+        from cube.protocol.prompts import templates_for
+
+        return templates_for()
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.scorers if s not in ALL_SCORERS]
@@ -185,7 +196,8 @@ class ScoringWork:
 
 
 def label_work(spec: RunSpec, job: Job) -> ScoringWork:
-    prompts = [render_prompt(it, job.cell, list(spec.dev_items)) for it in job.items]
+    templates = spec.prompt_templates()
+    prompts = [render_prompt(it, job.cell, list(spec.dev_items), templates) for it in job.items]
     key = (job.cell.label_set.name, job.cell.context, job.cell.shots, job.cell.order)
 
     def records(outs: list[list[ContinuationLogprobs]]) -> list[dict]:
@@ -200,7 +212,8 @@ def label_work(spec: RunSpec, job: Job) -> ScoringWork:
 
 
 def cloze_work(spec: RunSpec, job: Job) -> ScoringWork:
-    prompts = [cloze_prompt(it) for it in job.items]
+    templates = spec.prompt_templates()
+    prompts = [cloze_prompt(it, templates=templates) for it in job.items]
     requests = [ScoreRequest(p.context, p.continuations) for p in prompts]
     scorers = pass_scorers("cloze", spec.scorers)
     need_m5 = any(SCORERS[s].needs_unconditional for s in scorers)  # M5 (PMI): the options after the cue alone
@@ -228,7 +241,8 @@ def judgement_work(spec: RunSpec, job: Job) -> ScoringWork:
     schemes score (``cube.analysis.credit.judgments_from_records``). ``pred`` is the statement judged most
     true, an MCQ answer read off the same pass.
     """
-    groups = [judgement_prompts(it) for it in job.items]
+    templates = spec.prompt_templates()
+    groups = [judgement_prompts(it, templates) for it in job.items]
 
     def records(outs_list: list[list[ContinuationLogprobs]]) -> list[dict]:
         outs = iter(outs_list)
@@ -264,8 +278,8 @@ def run_scoring_jobs(backend: Backend, spec: RunSpec, jobs: list[Job]) -> list[l
 
 def _generation_prompt(item: Item, cell: Cell, spec: RunSpec, cot: bool) -> tuple[str, str]:
     """(prompt, text the extractors see before the generation)."""
-    prompt = render_prompt(item, cell, list(spec.dev_items))
-    templates = load_templates()
+    templates = spec.prompt_templates()
+    prompt = render_prompt(item, cell, list(spec.dev_items), templates)
     cue = templates["contexts"][cell.context]["cue"]
     if not cot:  # answer-only continues the cue: the extractors read cue + generation
         return prompt.context, cue
@@ -274,15 +288,15 @@ def _generation_prompt(item: Item, cell: Cell, spec: RunSpec, cot: bool) -> tupl
 
 
 def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> list[dict]:
-    templates = load_templates()["generation"]
+    templates = spec.prompt_templates()["generation"]
     max_new = spec.max_new_tokens or (templates["cot_max_new_tokens"] if cot else templates["answer_only_max_new_tokens"])
     built = [_generation_prompt(it, job.cell, spec, cot) for it in job.items]
     gens = backend.generate([p for p, _ in built], max_new, batch_size=spec.batch_size)
-    labels = job.cell.label_set.labels
     key = (job.cell.label_set.name, PASSES[job.kind].context or job.cell.context, job.cell.shots, job.cell.order)
     rows = []
     for item, (_, seen), gen in zip(job.items, built, gens):
-        prompt = render_prompt(item, job.cell, list(spec.dev_items))
+        labels = job.cell.label_set.shown(len(item.options))  # a ten-label set shows N of them on N options
+        prompt = render_prompt(item, job.cell, list(spec.dev_items), spec.prompt_templates())
         shown = [item.options[i] for i in prompt.permutation]
         text = seen + gen.text
         # The extractors read the raw text; the record keeps it scrubbed of the item's own text
@@ -373,7 +387,7 @@ def cell_configs(spec: RunSpec) -> dict[str, dict]:
     subject list or benchmark copy shows), the templates as a digest of all but the other cells'
     answer contexts, the label set by its labels: a resume compares these field by field.
     """
-    templates = load_templates()
+    templates = spec.prompt_templates()
     common = {k: v for k, v in templates.items() if k not in ("contexts", "audit_item", "default_context")}
     base = {"model": spec.model, **spec.settings.recorded(),
             "items": _digest([[i.uid, i.qhash] for i in spec.items]), "n_items": len(spec.items),
@@ -422,6 +436,7 @@ def resume_plan(spec: RunSpec, out: Path) -> ResumePlan:
 
     configs = cell_configs(spec)
     check_model_files(out, spec)
+    check_benchmark_file(out, spec)
     check_cells(out, configs, STORE_FIELDS)
     listed = read_manifest(out)["files"] if (out / MANIFEST_NAME).exists() else {}
     jobs = plan_jobs(spec)
@@ -465,6 +480,29 @@ def check_model_files(out: Path, spec: RunSpec) -> None:
                           else f"changed (sha256 {was[:12]}... -> {is_[:12]}...)")
                 raise ResumeMismatch(f"{out}: model file {name} {change} since cell {key} was written; "
                                      "resume with the files it was written with, or write to a new --out")
+
+
+def check_benchmark_file(out: Path, spec: RunSpec) -> None:
+    """Refuse a resume after the user's benchmark file (or its card) changed, in one line naming
+    ``--benchmark``: the items' uid and question hash would not show a changed option or answer."""
+    from cube.errors import ResumeMismatch
+    from cube.records.store import MANIFEST_NAME, read_manifest
+
+    now = spec.settings.benchmark_sha256
+    if not (out / MANIFEST_NAME).exists():
+        return
+    manifest = read_manifest(out)
+    listed = manifest.get("files") or {}
+    for key, recorded in sorted((manifest.get("cells") or {}).items()):
+        if not key.startswith(f"{spec.model}/") or not any(name.startswith(f"{key}--") for name in listed):
+            continue
+        before = recorded.get("benchmark_sha256")
+        if before != now and (before is not None or now is not None):
+            what = (f"--benchmark {spec.settings.benchmark} changed (sha256 {str(before)[:12]}... -> {str(now)[:12]}...)"
+                    if before is not None and now is not None else
+                    "--benchmark is not the one it was written with (a registered benchmark and a file differ)")
+            raise ResumeMismatch(f"{out}: {what} since cell {key} was written; resume with the file it was "
+                                 "written with, or write to a new --out")
 
 
 def pending_jobs(spec: RunSpec, out: Path) -> tuple[list[Job], int]:
@@ -547,6 +585,7 @@ def _run_locked(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | 
     if plan is None:
         preflight(spec)
         check_model_files(out, spec)
+        check_benchmark_file(out, spec)
         check_cells(out, cell_configs(spec), STORE_FIELDS)  # each cell is checked again with its first shard
     create_store(out)
     clean_temp_files(spec, out)  # this spec's own shards' temp files only: the plan never lists them

@@ -94,10 +94,10 @@ def load_plan(path: str | Path | None = None) -> list[NotebookRun]:
         if not isinstance(parameters, dict):
             raise ConfigError(f"{where}: 'parameters' must be a mapping")
         requires = entry.get("requires") or []
-        from cube.protocol.items import LOADERS
+        from cube.protocol.benchmarks import BENCHMARKS
 
-        if not isinstance(requires, list) or any(r not in LOADERS for r in requires):
-            raise ConfigError(f"{where}: 'requires' must list benchmarks among {', '.join(LOADERS)}, got {requires!r}")
+        if not isinstance(requires, list) or any(r not in BENCHMARKS for r in requires):
+            raise ConfigError(f"{where}: 'requires' must list benchmarks among {', '.join(BENCHMARKS)}, got {requires!r}")
         if parameters and not entry.get("title"):
             # two pages with one heading are two identical entries in navigation and search
             raise ConfigError(f"{where}: a run with parameters needs its own 'title'")

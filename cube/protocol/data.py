@@ -336,7 +336,7 @@ def fetch(name: str, home: Path, source: Path | None = None, sha256: str | None 
 
 
 def _parse_all(name: str, root: Path, splits: tuple[str, ...]) -> int:
-    from cube.protocol.items import load_items
+    from cube.protocol.benchmarks import load_items
 
     return len(load_items(name, root, splits=splits))
 

@@ -15,8 +15,7 @@ import hashlib
 import io
 import json
 import os
-import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -377,24 +376,6 @@ def load_ceval(
             name_zh = _subject_name_zh(names_zh, subject, Path(mapping))
             items.extend(_load_ceval_file(found[subject], subject, name_zh, split, sha256))
     return items
-
-
-LOADERS: dict[str, Callable[..., list[Item]]] = {"cmmlu": load_cmmlu, "ceval": load_ceval}
-
-
-def load_items(
-    benchmark: str,
-    root: Path | None = None,
-    splits: Sequence[str] = ("test",),
-    subjects: Iterable[str] | None = None,
-) -> list[Item]:
-    """Dispatch on the benchmark name; ``root`` defaults to the shared benchmark folder."""
-    if benchmark not in LOADERS:
-        raise ConfigError(f"unknown benchmark {benchmark!r}; known: {', '.join(LOADERS)}")
-    if isinstance(splits, str):
-        splits = [s for s in re.split(r"[,\s]+", splits) if s]
-    root = Path(root) if root is not None else default_benchmark_root(benchmark)
-    return LOADERS[benchmark](root, splits=splits, subjects=subjects)
 
 
 # --- sampling -----------------------------------------------------------------------------------

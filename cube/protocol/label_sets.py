@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from cube.config import load_config
 from cube.errors import ConfigError
 
+# The most options an item may have (a user's file: cube.protocol.user_file), and so the most labels
+# a prompt shows: the ten-label sets of config/label_sets.yaml (A-J, Ａ-Ｊ, 甲-癸, ①-⑩).
+MAX_OPTIONS = 10
+
 
 @dataclass(frozen=True)
 class LabelSet:
@@ -19,6 +23,31 @@ class LabelSet:
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    def shown(self, n_options: int) -> tuple[str, ...]:
+        """The labels an item of ``n_options`` options shows: the set's first ``n_options``.
+
+        A ten-label set on a four-option item shows what the four-label set of its symbols shows,
+        so one set serves a benchmark whose items have 2 to 10 options."""
+        if n_options > len(self.labels):
+            raise ConfigError(f"label set {self.name!r} has {len(self.labels)} labels but an item has "
+                              f"{n_options} options")
+        return self.labels[:n_options]
+
+
+def short_label_sets(label_sets: "list[LabelSet]", option_counts: "list[int]") -> str | None:
+    """One line naming each label set too short for some items, and how many items need more; None
+    where every set has a label for every option (checked before any prompt is built)."""
+    problems = []
+    for label_set in label_sets:
+        short = [n for n in option_counts if n > len(label_set.labels)]
+        if short:
+            problems.append(f"label set {label_set.name!r} has {len(label_set.labels)} labels but {len(short)} of "
+                            f"{len(option_counts)} items have more options (up to {max(short)})")
+    if not problems:
+        return None
+    return ("; ".join(problems) + "; choose a set with enough labels (the ten-label sets: A10_halfwidth, "
+            "A10_fullwidth, A10_ganzhi, A10_circled)")
 
 
 def validate_labels(name: str, labels: tuple[str, ...] | list[str]) -> None:

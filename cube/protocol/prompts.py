@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from cube.config import config_dir, load_config
 from cube.errors import ConfigError, ItemsError
 from cube.protocol.items import Item
-from cube.protocol.label_sets import LabelSet
+from cube.protocol.label_sets import MAX_OPTIONS, LabelSet
 from cube.protocol.tokenization import continuation_tokenizer
 
 ORIGINAL_ORDER = "original"
@@ -93,6 +93,46 @@ def load_templates() -> dict:
         _TEMPLATE_CACHE.clear()
         _TEMPLATE_CACHE[key] = load_config("templates")
     return _TEMPLATE_CACHE[key]
+
+
+FORMATS_KEY = "formats"
+# The template keys a benchmark (its format or a user's card) may set: the prompt's text, never the
+# audit's own item.
+PROMPT_KEYS = ("header", "question", "option", "shot_separator", "cloze", "judgement", "generation",
+               "default_context")
+
+
+def templates_for(format_name: str | None = None, overrides: dict | None = None,
+                  contexts: dict | None = None) -> dict:
+    """The templates a benchmark's prompts are rendered with: ``config/templates.yaml`` with the
+    named format's keys (``formats.<name>``), then ``overrides``, then extra answer ``contexts``.
+
+    With none of them, the exam format exactly as before formats existed (``formats`` itself is
+    dropped), so that the cells of CMMLU and C-Eval keep their template digests. A nested key
+    (``cloze``, ``judgement``, ``generation``) is merged one level deep: a card may set
+    ``cloze.cue`` alone."""
+    base = load_templates()
+    known = base.get(FORMATS_KEY) or {}
+    out = {k: v for k, v in base.items() if k != FORMATS_KEY}
+    layers = []
+    if format_name is not None:
+        if format_name not in known:
+            raise ConfigError(f"unknown prompt format {format_name!r}; known: {', '.join(known) or 'none'} "
+                              "(config/templates.yaml formats)")
+        layers.append(known[format_name])
+    if overrides:
+        layers.append(overrides)
+    for layer in layers:
+        for key, value in layer.items():
+            if key not in PROMPT_KEYS:
+                raise ConfigError(f"template key {key!r} cannot be set by a benchmark; known: {', '.join(PROMPT_KEYS)}")
+            if isinstance(value, dict) and isinstance(out.get(key), dict):
+                out[key] = {**out[key], **value}
+            else:
+                out[key] = value
+    if contexts:
+        out["contexts"] = {**out["contexts"], **contexts}
+    return out
 
 
 def _field(templates: Any, *keys: str) -> Any:
@@ -214,11 +254,13 @@ def prompt_in_context(
     also for the audit's own item and for an imported harness's cue, which templates.yaml lacks."""
     templates = templates if templates is not None else load_templates()
     labels = cell.label_set.labels
-    if len(labels) != len(item.options):
+    if len(labels) < len(item.options) or len(labels) > MAX_OPTIONS:
         raise ConfigError(
             f"label set {cell.label_set.name!r} has {len(labels)} labels but {item.uid} has "
-            f"{len(item.options)} options"
+            f"{len(item.options)} options" + (f" (and no item has more than {MAX_OPTIONS})"
+                                              if len(labels) > MAX_OPTIONS else "")
         )
+    labels = labels[: len(item.options)]  # a ten-label set shows its first N on N options
     cue, label_prefix = context.cue, context.label_prefix
     permutation = option_permutation(cell.order, len(item.options))
     identity = tuple(range(len(item.options)))
@@ -250,9 +292,10 @@ def cloze_prompt(
     """
     templates = templates if templates is not None else load_templates()
     question = str(_field(templates, "question")).format(question=item.question)
+    prefix = str(_field(templates, "cloze").get("option_prefix", ""))  # " " in en_mcq; none in the exam format
     return ClozePrompt(
         context=question + str(_field(templates, "cloze", "cue")),
-        continuations=tuple(item.options),
+        continuations=tuple(prefix + option for option in item.options),
         unconditional_context=str(_field(templates, "cloze", "unconditional_context")),
     )
 

@@ -267,9 +267,10 @@ class RunCellAudit:
 
 
 def audit_run_cells(tokenizer: Encoder, model: str, label_sets: list[LabelSet], contexts: list[Context],
-                    shots: list[int]) -> list[RunCellAudit]:
-    """Every (label set x context x shots) cell of a run, audited on ``tokenizer`` (the model's own)."""
-    templates = load_templates()
+                    shots: list[int], templates: dict | None = None) -> list[RunCellAudit]:
+    """Every (label set x context x shots) cell of a run, audited on ``tokenizer`` (the model's own),
+    in the run's own prompt format (``templates``; None: the exam format)."""
+    templates = templates or load_templates()
     return [RunCellAudit(k, audit_cell(tokenizer, model, ls, ctx, templates, k))
             for ls in label_sets for ctx in contexts for k in shots]
 
