@@ -78,11 +78,12 @@ def _found(benchmark: str) -> Path | None:
 
 
 def list_benchmarks(args: argparse.Namespace) -> int:
-    from cube.protocol.data import installed_manifest, releases
+    from cube.protocol.benchmarks import BENCHMARKS
+    from cube.protocol.data import installed_manifest
     from cube.protocol.items import data_home, find_benchmark_root
 
     print(f"data home: {data_home()} ($CUBE_DATA; remove a benchmark's folder there to clear it)")
-    for name in releases():
+    for name in BENCHMARKS:
         root = find_benchmark_root(name)
         if root is None:
             print(f"{name}: not found (get it with `cube data fetch {name}`)")
@@ -90,6 +91,8 @@ def list_benchmarks(args: argparse.Namespace) -> int:
         manifest = installed_manifest(root)
         how = f"installed by cube data fetch from {manifest['source']}" if manifest else "not installed by cube"
         print(f"{name}: {root} ({how})")
+    print("your own file: cube run --benchmark PATH (.jsonl/.csv/.parquet, or a folder of dev/val/test files; "
+          "README: Your benchmark)")
     return 0
 
 

@@ -21,6 +21,14 @@ from cube.errors import ConfigError
 DEFAULT_PREDICTION = "data/predictions/audit_frozen.json"
 
 
+
+def _benchmark_options(parser) -> None:
+    """``--benchmark`` and ``--card``: whose items the audit and the scrub read (the registry's)."""
+    parser.add_argument("--benchmark", default=None,
+                        help="cmmlu (default), ceval, or your own file or folder (README: Your benchmark): the "
+                             "items the scrub and the leakage audit read")
+    parser.add_argument("--card", type=Path, default=None, help="your file's card (default: the one beside it)")
+
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "release",
@@ -58,6 +66,7 @@ def register(subparsers) -> None:
         "--stock-items", type=int, default=10,
         help="options and short questions found in this many items or more are ignored (default: 10)",
     )
+    _benchmark_options(audit)
     audit.set_defaults(func=run_audit)
 
     build = actions.add_parser(
@@ -83,6 +92,7 @@ def register(subparsers) -> None:
     build.add_argument("--allow-incomplete", action="store_true",
                        help="package a store whose cells lack shards their configuration promises "
                             "(a killed or unfinished run) instead of refusing it")
+    _benchmark_options(build)
     build.set_defaults(func=run_build)
 
     verify = actions.add_parser(
@@ -100,11 +110,11 @@ def register(subparsers) -> None:
     verify.add_argument("bundle", type=Path, help="a bundle folder or its .tar.gz")
     verify.add_argument("--items", type=Path, default=None,
                         help="the CMMLU folder: also re-run the leakage audit against it")
+    _benchmark_options(verify)
     verify.set_defaults(func=run_verify)
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from cube.protocol.items import default_benchmark_root, load_cmmlu
     from cube.records import leakage
     from cube.records.leakage.tables import audit_parquet, open_parquet, parquet_files
 
@@ -114,8 +124,7 @@ def run_audit(args: argparse.Namespace) -> int:
             raise ConfigError(f"{flag} must be at least 1, got {getattr(args, name)}")
     sources = [(path, *open_parquet(path)) for path in parquet_files(args.records)]
 
-    root = default_benchmark_root("cmmlu", args.items)
-    items = load_cmmlu(root, splits=("dev", "test"))
+    root, items = _benchmark_items(args.benchmark, args.items, args.card)
     index = leakage.build_index(
         items,
         window=args.window,
@@ -144,10 +153,17 @@ def run_audit(args: argparse.Namespace) -> int:
     return 1 if n_hits else 0
 
 
-def _items(root: Path | None):
-    from cube.protocol.items import default_benchmark_root, load_cmmlu
+def _benchmark_items(benchmark: str | None, root: Path | None, card: Path | None = None):
+    """(where, every item of every split it holds) of ``--benchmark`` (default CMMLU), by the registry."""
+    from cube.protocol.benchmarks import resolve
 
-    return load_cmmlu(default_benchmark_root("cmmlu", root), splits=("dev", "test"))
+    bench = resolve(benchmark or "cmmlu", card)
+    where = bench.root(root)
+    return where, bench.load(where, bench.present_splits(where))
+
+
+def _items(root: Path | None, benchmark: str | None = None, card: Path | None = None):
+    return _benchmark_items(benchmark, root, card)[1]
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -158,7 +174,7 @@ def run_build(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     prediction = args.prediction if args.prediction is not None else REPO_ROOT / DEFAULT_PREDICTION
-    result = build_bundle(args.records, args.out, _items(args.items), prediction,
+    result = build_bundle(args.records, args.out, _items(args.items, args.benchmark, args.card), prediction,
                           force=args.force, allow_incomplete=args.allow_incomplete)
     s = result.scrub
     print(
@@ -178,7 +194,8 @@ def run_build(args: argparse.Namespace) -> int:
 def run_verify(args: argparse.Namespace) -> int:
     from cube.release.bundle import verify_bundle
 
-    items = _items(args.items) if args.items is not None else None
+    given = args.items is not None or args.benchmark is not None
+    items = _items(args.items, args.benchmark, args.card) if given else None
     report = verify_bundle(args.bundle, items)
     for problem in report.problems:
         print(f"FAIL {problem}")

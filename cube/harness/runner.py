@@ -289,6 +289,7 @@ def _generation_prompt(item: Item, cell: Cell, spec: RunSpec, cot: bool) -> tupl
 
 def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> list[dict]:
     templates = spec.prompt_templates()["generation"]
+    answer_word = str(templates.get("answer_word", "答案"))  # what the extractors look for: en_mcq's is Answer
     max_new = spec.max_new_tokens or (templates["cot_max_new_tokens"] if cot else templates["answer_only_max_new_tokens"])
     built = [_generation_prompt(it, job.cell, spec, cot) for it in job.items]
     gens = backend.generate([p for p, _ in built], max_new, batch_size=spec.batch_size)
@@ -304,7 +305,7 @@ def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> 
         stored = scrub(gen.text, item.question, item.options, index=spec.leakage_index).text
         for scorer in pass_scorers(job.kind, spec.scorers):
             entry = SCORERS[scorer]
-            for name, pred in zip(entry.records, entry.score(text, labels, shown)):
+            for name, pred in zip(entry.records, entry.score(text, labels, shown, answer_word)):
                 rows.append(_record(spec.model, item, name, key, prompt.gold, None, None, stored, pred))
     return rows
 

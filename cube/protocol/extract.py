@@ -19,6 +19,11 @@ since a model shown one width often answers in the other; circled digits are not
 plain digits, which occur everywhere in reasoning.
 
 Labels made of ASCII letters or digits never match inside a word: ``Because`` is not ``B``.
+
+A benchmark in another prompt format names its own answer word (templates ``generation.answer_word``:
+``Answer`` in ``en_mcq``): strict reads the last ``Answer: X``, lenient also ``Answer is X`` and
+rules 4-5; the Chinese rules 2-3 belong to ``答案`` only. The default is ``答案``, so CMMLU and
+C-Eval extract exactly as before.
 """
 
 from __future__ import annotations
@@ -69,18 +74,25 @@ def _label_regex(spellings: dict[str, int]) -> str:
     return "(?P<label>" + "|".join(parts) + ")"
 
 
+ANSWER_WORD = "答案"  # the exam format's; a prompt format may name another (``generation.answer_word``)
+
+
 @lru_cache(maxsize=64)
-def _strict_rule(labels: tuple[str, ...]) -> tuple[re.Pattern, dict[str, int]]:
+def _strict_rule(labels: tuple[str, ...], word: str = ANSWER_WORD) -> tuple[re.Pattern, dict[str, int]]:
     spellings = _label_alternatives(labels, widen=False)
-    return re.compile(f"答案{_COLON}\\s*" + _label_regex(spellings)), spellings
+    return re.compile(f"{re.escape(word)}{_COLON}\\s*" + _label_regex(spellings)), spellings
 
 
 @lru_cache(maxsize=64)
-def _lenient_rules(labels: tuple[str, ...]) -> tuple[list[re.Pattern], dict[str, int]]:
-    """Rules 1-3 of the module docstring, in precedence order."""
+def _lenient_rules(labels: tuple[str, ...], word: str = ANSWER_WORD) -> tuple[list[re.Pattern], dict[str, int]]:
+    """Rules 1-3 of the module docstring, in precedence order (another answer word: 1 and ``WORD is X``)."""
     spellings = _label_alternatives(labels, widen=True)
     label = _label_regex(spellings)
     opener = f"[\\s{re.escape(_OPENERS)}]*"
+    if word != ANSWER_WORD:
+        w = re.escape(word)
+        rules = [f"{w}\\s*{_COLON}{opener}{label}", f"(?i:{w})\\s+is{_COLON}?{opener}{label}"]
+        return [re.compile(rule) for rule in rules], spellings
     rules = [
         f"答案\\s*{_COLON}{opener}{label}",
         f"答案\\s*(?:应该|应|就)?\\s*(?:是|为){_COLON}?{opener}{label}",
@@ -96,9 +108,9 @@ def _last_match(pattern: re.Pattern, text: str, spellings: dict[str, int]) -> in
     return found
 
 
-def extract_strict(text: str, labels: Sequence[str]) -> int | None:
-    """The index of the label in the last ``答案：X``; None when there is none."""
-    pattern, spellings = _strict_rule(tuple(labels))
+def extract_strict(text: str, labels: Sequence[str], answer_word: str = ANSWER_WORD) -> int | None:
+    """The index of the label in the last ``答案：X`` (``answer_word``: X); None when there is none."""
+    pattern, spellings = _strict_rule(tuple(labels), answer_word)
     return _last_match(pattern, text, spellings)
 
 
@@ -142,13 +154,13 @@ def _quoted_option(text: str, option_texts: Sequence[str] | None) -> int | None:
 
 
 def extract_lenient(
-    text: str, labels: Sequence[str], option_texts: Sequence[str] | None = None
+    text: str, labels: Sequence[str], option_texts: Sequence[str] | None = None, answer_word: str = ANSWER_WORD
 ) -> int | None:
     """The index of the answer under the lenient rules (module docstring), else None."""
-    strict = extract_strict(text, labels)
+    strict = extract_strict(text, labels, answer_word)
     if strict is not None:
         return strict
-    rules, spellings = _lenient_rules(tuple(labels))
+    rules, spellings = _lenient_rules(tuple(labels), answer_word)
     for pattern in rules:
         found = _last_match(pattern, text, spellings)
         if found is not None:

@@ -260,14 +260,19 @@ def prompt_in_context(
             f"{len(item.options)} options" + (f" (and no item has more than {MAX_OPTIONS})"
                                               if len(labels) > MAX_OPTIONS else "")
         )
+    every_label = labels
     labels = labels[: len(item.options)]  # a ten-label set shows its first N on N options
     cue, label_prefix = context.cue, context.label_prefix
     permutation = option_permutation(cell.order, len(item.options))
-    identity = tuple(range(len(item.options)))
-    blocks = [
-        _question_block(templates, shot, labels, identity, cue) + label_prefix + labels[shot.answer]
-        for shot in select_shots(item, dev_items, cell.shots)
-    ]
+    blocks = []
+    for shot in select_shots(item, dev_items, cell.shots):  # a shot shows its own options' labels
+        if len(shot.options) > len(every_label):
+            raise ConfigError(f"label set {cell.label_set.name!r} has {len(every_label)} labels but shot "
+                              f"{shot.uid} has {len(shot.options)} options")
+        shot_labels = every_label[: len(shot.options)]
+        identity = tuple(range(len(shot.options)))
+        blocks.append(_question_block(templates, shot, shot_labels, identity, cue) + label_prefix
+                      + shot_labels[shot.answer])
     blocks.append(_question_block(templates, item, labels, permutation, cue))
     separator = str(_field(templates, "shot_separator")) if len(blocks) > 1 else ""  # zero-shot needs none
     text = _header(templates, item) + separator.join(blocks)

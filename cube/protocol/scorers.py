@@ -246,10 +246,12 @@ def score_tf(margins: Sequence[float]) -> ScoreResult:
     return decide(np.asarray(margins, dtype=np.float64))
 
 
-def extract_m6(text: str, labels: Sequence[str], option_texts: Sequence[str]) -> tuple[int | None, int | None]:
+def extract_m6(text: str, labels: Sequence[str], option_texts: Sequence[str],
+               answer_word: str = "答案") -> tuple[int | None, int | None]:
     """M6: the answer the strict and the lenient extractor read off one generation (None: none
-    found, a parse failure), in the order of the entry's record names."""
-    return extract_strict(text, labels), extract_lenient(text, labels, option_texts)
+    found, a parse failure), in the order of the entry's record names. ``answer_word``: the prompt
+    format's (``Answer`` in en_mcq)."""
+    return extract_strict(text, labels, answer_word), extract_lenient(text, labels, option_texts, answer_word)
 
 
 # --- the scorer table: one entry per scorer, beside its function ----------------------------------

@@ -14,19 +14,15 @@ from cube import __version__
 from cube.errors import CubeError, RecordsError
 from cube.files import read_json
 from cube.models_config import ModelsConfig, models_config
+from cube.protocol.benchmarks import benchmark_licences
 from cube.records.store import protocols
 from cube.release.layout import BUNDLE_SCHEMA, MANIFEST_NAME, PREDICTION_PATH, RECORDS_DIR
 from cube.release.texts import bundle_readme
 
-# The study's benchmarks and the terms under which their items are published. Records name items
-# by uid + qhash only, so a bundle redistributes none of their text.
-BENCHMARK_LICENCES = {
-    "cmmlu": {"name": "CMMLU", "licence": "CC BY-NC-SA 4.0",
-              "source": "https://github.com/haonan-li/CMMLU"},
-    "ceval": {"name": "C-Eval", "licence": "CC BY-NC-SA 4.0",
-              "source": "https://github.com/hkust-nlp/ceval"},
-}
-
+# The registered benchmarks and the terms under which their items are published (the registry's
+# licence notes: cube.protocol.benchmarks). Records name items by uid + qhash only, so a bundle
+# redistributes none of their text.
+BENCHMARK_LICENCES = benchmark_licences()
 
 
 def item_counts(table: pa.Table) -> dict[str, dict[str, int]]:

@@ -62,19 +62,35 @@ def group_ids(
     return inverse.reshape(-1).astype(np.int64, copy=False), keys
 
 
+# What an absent option reads as where items have different numbers of options (a user's file with
+# 2 to 10): probability 0, a score no option beats, no token. A row of N options is padded on the
+# right, so column k is still displayed position k and ``gold`` indexes it unchanged.
+RAGGED_FILL = {"probs": 0.0, "scores": -np.inf, "first_token_ids": -1, "n_tokens": 0}
+
+
 def list_matrix(table: pa.Table, name: str) -> np.ndarray:
-    """A list column whose rows all have the same length, as a 2-D numpy array."""
+    """A list column as a 2-D numpy array, one row per record; rows of fewer options than the
+    widest are padded with ``RAGGED_FILL`` (columns without one must be rectangular)."""
     column = table.column(name).combine_chunks()
     if len(column) == 0:
         return np.zeros((0, 0))
     lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
-    if lengths.min() != lengths.max():
+    values = pc.list_flatten(column).to_numpy(zero_copy_only=False)
+    if lengths.min() == lengths.max():
+        return values.reshape(len(column), int(lengths[0]))
+    if name not in RAGGED_FILL:
         raise RecordsError(
             f"column {name}: rows have {int(lengths.min())} to {int(lengths.max())} entries; "
             "this analysis needs the same number of options in every record"
         )
-    values = pc.list_flatten(column).to_numpy(zero_copy_only=False)
-    return values.reshape(len(column), int(lengths[0]))
+    fill = RAGGED_FILL[name]
+    dtype = np.result_type(values.dtype, np.asarray(fill).dtype)
+    out = np.full((len(column), int(lengths.max())), fill, dtype=dtype)
+    rows = np.repeat(np.arange(len(column)), lengths)
+    cols = np.arange(len(values)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    out[rows, cols] = values
+    return out
+
 
 PROTOCOL_COLUMNS = ("scorer", "label_set", "context", "shots", "order")
 
