@@ -79,7 +79,8 @@ def _cube_prompt(cell: Mapping[str, Any]) -> tuple[str | None, str | None, str |
     option = str(templates["option"])
     text = (str(templates["header"]).format(subject="{{subject_zh}}")
             + str(templates["question"]).format(question="{{Question}}")
-            + "".join(option.format(label=label, text="{{" + OPTION_FIELDS[index] + "}}")
+            + "".join(option.format(label=label, text="{{" + (OPTION_FIELDS[index] if index < len(OPTION_FIELDS)
+                                                              else "ABCDEFGHIJ"[index]) + "}}")
                       for label, index in zip(label_set.labels, shown))
             + cue)
     if int(cell["shots"]) > 0:

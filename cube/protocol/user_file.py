@@ -305,10 +305,10 @@ def items_of_file(path: Path, benchmark: str, card: Card, file_split: str | None
         if split not in SPLITS:
             raise ItemsError(f"{where}: field split {split!r} is not one of {', '.join(SPLITS)}")
         row_id = _row_id(fields, row, where)
-        key = (split, row_id)
+        key = (subject, split, row_id)  # the uid: benchmark/subject/split/id
         if key in seen:
-            raise ItemsError(f"{where}: field id {row_id!r} duplicates row {seen[key]} (split {split}); ids must "
-                             "be unique within a split")
+            raise ItemsError(f"{where}: field id {row_id!r} duplicates row {seen[key]} (subject {subject}, split "
+                             f"{split}); ids must be unique within a subject and split")
         seen[key] = row.number
         category = _name_field(fields, "category", None, where)
         if category is not None:

@@ -1,0 +1,204 @@
+"""A user's benchmark through the harness (issue 31): CMMLU written in the generic schema gives the
+native loader's prompts and records byte for byte, and cube's own fixture (2 to 10 options, English)
+goes through run, rescore, explain and release on a real model.
+
+The CMMLU copy is written at test time from the real items under ../shared into a temp folder,
+never committed and never printed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cube.cli import main
+from cube.config import REPO_ROOT
+
+FIXTURE = REPO_ROOT / "tests" / "fixtures" / "user_benchmark"
+SUBJECTS = ("anatomy", "virology", "college_mathematics")
+
+
+def _write_cmmlu_generic(benchmarks_root: Path, folder: Path, subjects=SUBJECTS) -> Path:
+    """CMMLU's dev and test items of ``subjects`` in the generic schema (one JSONL per split, in the
+    native loader's order) with a card naming it cmmlu and giving its Chinese subject names."""
+    from cube.protocol.items import load_cmmlu
+
+    folder.mkdir(parents=True)
+    names = json.loads((benchmarks_root / "cmmlu" / "subjects.json").read_text(encoding="utf-8"))
+    for split in ("dev", "test"):
+        items = load_cmmlu(benchmarks_root / "cmmlu", splits=(split,), subjects=subjects)
+        with open(folder / f"{split}.jsonl", "w", encoding="utf-8") as fh:
+            for item in items:
+                fh.write(json.dumps({"id": item.row, "subject": item.subject, "question": item.question,
+                                     "choices": list(item.options), "answer": "ABCD"[item.answer]},
+                                    ensure_ascii=False) + "\n")
+    card = {"name": "cmmlu", "language": "zh", "subject_names": {s: names[s]["name_zh"] for s in subjects}}
+    (folder / "card.yaml").write_text(json.dumps(card, ensure_ascii=False), encoding="utf-8")  # JSON is YAML
+    return folder
+
+
+def test_cmmlu_in_the_generic_schema_renders_the_native_prompts_byte_for_byte(benchmarks_root, tmp_path):
+    """Every item of three subjects, every label set, answer context, shot count and an order shift:
+    the same label, cloze and judgement prompts as the native loader's."""
+    from cube.protocol.benchmarks import resolve
+    from cube.protocol.label_sets import load_label_sets
+    from cube.protocol.prompts import Cell, cloze_prompt, judgement_prompts, load_contexts, render_prompt
+
+    native, generic = resolve("cmmlu"), resolve(str(_write_cmmlu_generic(benchmarks_root, tmp_path / "generic")))
+    items_n = native.load(splits=("test",), subjects=SUBJECTS)
+    items_g = generic.load(splits=("test",), subjects=SUBJECTS)
+    dev_n, dev_g = native.load(splits=("dev",), subjects=SUBJECTS), generic.load(splits=("dev",), subjects=SUBJECTS)
+    assert items_n == items_g and dev_n == dev_g and len(items_n) > 300  # same uid, qhash, text, options, answer
+    t_n, t_g = native.templates(), generic.templates()
+    n_prompts = 0
+    for label_set in load_label_sets().values():  # the ten-label sets show A-D, Ａ-Ｄ, 甲-丁, ①-④ here
+        for context in load_contexts():
+            for shots, order in ((0, "original"), (5, "shift1")):
+                cell = Cell(label_set, context.name, shots, order)
+                for a, b in zip(items_n[::7], items_g[::7]):
+                    assert render_prompt(a, cell, dev_n, t_n) == render_prompt(b, cell, dev_g, t_g)
+                    n_prompts += 1
+    for a, b in zip(items_n, items_g):
+        assert cloze_prompt(a, templates=t_n) == cloze_prompt(b, templates=t_g)
+        assert judgement_prompts(a, t_n) == judgement_prompts(b, t_g)
+    assert n_prompts > 1000
+
+
+@pytest.mark.registry
+def test_cmmlu_in_the_generic_schema_writes_the_native_records_byte_for_byte(benchmarks_root, tmp_path, capsys):
+    """SmolLM2, every scorer but chain of thought, 0- and 5-shot: the same record shards, byte for byte."""
+    pytest.importorskip("torch")
+    from cube.records.store import read_manifest, read_records
+
+    generic = _write_cmmlu_generic(benchmarks_root, tmp_path / "generic", subjects=("anatomy", "virology"))
+    common = ["run", "--model", "smollm2-135m-instruct", "--subjects", "anatomy,virology", "--sample", "2",
+              "--shots", "0,5", "--scorers", "M1-seq,M1-strict,M2,M3,M4,M5,TF,M6", "--label-sets", "L1_halfwidth"]
+    assert main([*common, "--benchmark", "cmmlu", "--out", str(tmp_path / "native")]) == 0
+    assert main([*common, "--benchmark", str(generic), "--out", str(tmp_path / "file")]) == 0
+    native, mine = read_records(tmp_path / "native"), read_records(tmp_path / "file")
+    assert native.num_rows == 2 * (2 * 2 + 2 * 2 + 4 + 1)  # items x (label 2 cells x 2 + M6 2 cells x 2 + cloze 4 + TF)
+    assert mine.equals(native)
+    files_n, files_m = read_manifest(tmp_path / "native")["files"], read_manifest(tmp_path / "file")["files"]
+    shards = {name: entry for name, entry in files_n.items() if name.endswith(".parquet")}
+    assert shards and {n: files_m[n] for n in shards} == shards  # same shard names, same sha256
+    cells_m = read_manifest(tmp_path / "file")["cells"]
+    assert all(len(c["benchmark_sha256"]) == 64 and c["benchmark"] == "cmmlu" for c in cells_m.values())
+    assert all("benchmark_sha256" not in c for c in read_manifest(tmp_path / "native")["cells"].values())
+
+
+@pytest.mark.registry
+def test_the_fixture_runs_rescores_explains_and_releases(tmp_path, capsys):
+    """cube's own fixture (English, 2 to 10 options) on SmolLM2 with every scorer; then a changed
+    file refuses the resume naming --benchmark."""
+    pytest.importorskip("torch")
+    from cube.records.store import read_records
+
+    data = tmp_path / "en"
+    shutil.copytree(FIXTURE / "en", data)
+    out = tmp_path / "records"
+    argv = ["run", "--model", "smollm2-135m-instruct", "--benchmark", str(data), "--label-sets", "A10_halfwidth",
+            "--cues", "en_label_space", "--scorers", "M1-seq,M1-strict,M2,M3,M4,M5,TF,M6,M6-cot",
+            "--max-new-tokens", "8", "--out", str(out)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "A10_halfwidth | en_label_space | 0-shot: max1tok (A ' A'; B ' B';" in captured.err
+    table = read_records(out)
+    rows = table.to_pylist()
+    by_uid = {}
+    for line in (data / "test.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        by_uid[f"cube_en_fixture/{row['subject']}/test/{row['id']}"] = row
+    assert {r["uid"] for r in rows} == set(by_uid)
+    for r in rows:  # each record has one score per option of its item, and its item's gold
+        n = len(by_uid[r["uid"]]["choices"])
+        answer = by_uid[r["uid"]]["answer"]
+        assert r["gold"] == (answer if isinstance(answer, int) else "ABCDEFGHIJ".index(answer))
+        if r["scorer"] not in ("M6-strict", "M6-lenient"):
+            assert len(r["scores"]) == n and len(r["probs"]) == n
+        assert r["pred"] < n
+    assert {r["scorer"] for r in rows} == {"M1-seq", "M1-strict", "M2", "M3", "M4", "M5", "TF", "M6-strict",
+                                           "M6-lenient"}
+    # rescore reads records of 2 to 10 options (accuracy from the records themselves)
+    assert main(["rescore", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    rescored = [r for r in result["rows"] if r["scorer"] == "M1-seq" and r["aggregation"] == "micro"
+                and r["level"] == "overall"]
+    m1 = [r for r in rows if r["scorer"] == "M1-seq"]
+    assert rescored and rescored[0]["accuracy"] == pytest.approx(sum(r["correct"] for r in m1) / len(m1))
+    assert main(["rescore", str(out), "--calibration"]) == 0  # ECE over padded probabilities
+    capsys.readouterr()
+    assert main(["explain", f"{out}:scorer=M1-seq", f"{out}:scorer=M2", "--bootstrap", "200"]) == 0
+    assert "sum" in capsys.readouterr().out
+    bundle = tmp_path / "bundle"
+    assert main(["release", "build", str(out), "--out", str(bundle), "--benchmark", str(data)]) == 0
+    assert "leakage audit clean against 30 items" in capsys.readouterr().out
+    assert main(["release", "verify", str(bundle), "--benchmark", str(data)]) == 0
+    capsys.readouterr()
+    # a changed answer changes no uid or question hash: the file's sha256 refuses the resume
+    lines = (data / "test.jsonl").read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    lines[0] = json.dumps({**first, "answer": "A"})
+    (data / "test.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--benchmark cube_en_fixture changed (sha256" in err[0], err
+    assert read_records(out).equals(table)
+
+
+def _no_model_loads(monkeypatch):
+    import cube.harness.models
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded although the benchmark file is bad")
+
+    monkeypatch.setattr(cube.harness.models, "load_model", refuse)
+
+
+@pytest.mark.parametrize("rows, needle", [
+    ([{"question": "q?", "choices": ["a", "b"], "answer": "C"}], "row 0 (line 1): field answer 'C' is out of range"),
+    ([{"question": "q?", "choices": ["a", ""], "answer": "A"}], "row 0 (line 1): field choices[1]: empty option"),
+    ([{"question": "q?", "answer": "A"}], "row 0 (line 1): field choices is missing"),
+    ([{"question": "q?", "choices": ["a", "b"], "answer": "A", "id": 1}] * 2, "row 1 (line 2): field id 1 duplicates"),
+    ([{"question": "q?", "choices": list("abcdefghijk"), "answer": "A"}], "field choices has 11 option(s)"),
+])
+def test_a_bad_file_fails_cube_run_in_one_line_before_any_model_loads(tmp_path, monkeypatch, capsys, rows, needle):
+    _no_model_loads(monkeypatch)
+    path = tmp_path / "mine.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["run", "--model", "smollm2-135m-instruct", "--benchmark", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0] == f"cube: error: {path} {needle}" or needle in err[0], err
+    assert err[0].startswith(f"cube: error: {path} row ")
+    assert not out.exists()
+
+
+def test_a_label_set_shorter_than_some_items_is_refused_naming_how_many(tmp_path, monkeypatch, capsys):
+    _no_model_loads(monkeypatch)
+    rows = [json.loads(line) for line in (FIXTURE / "en" / "test.jsonl").read_text(encoding="utf-8").splitlines()]
+    more = [len(r["choices"]) for r in rows if len(r["choices"]) > 4]
+    out = tmp_path / "out"
+    argv = ["run", "--model", "smollm2-135m-instruct", "--benchmark", str(FIXTURE / "en"), "--cues",
+            "en_label_space", "--label-sets", "L1_halfwidth,A10_halfwidth", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and (f"label set 'L1_halfwidth' has 4 labels but {len(more)} of {len(rows)} items have "
+                              f"more options (up to {max(more)})") in err[0], err
+    assert "A10_halfwidth'" not in err[0] and not out.exists()
+
+
+def test_the_scrub_and_leakage_index_cover_a_users_items():
+    """The generation scrub and the leakage audit read a user's items as CMMLU's."""
+    from cube.protocol.benchmarks import resolve
+    from cube.records.leakage import build_index, scrub
+
+    bench = resolve(str(FIXTURE / "en"))
+    items = bench.load(splits=bench.present_splits(bench.root()))
+    index = build_index(items)
+    question = next(i for i in items if i.row == 308).question
+    leaked = f"I recall: {question} The answer is C."
+    cleaned = scrub(leaked, "", (), index=index).text
+    assert question not in cleaned and "The answer is C." in cleaned
