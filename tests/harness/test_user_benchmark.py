@@ -80,7 +80,9 @@ def test_cmmlu_in_the_generic_schema_writes_the_native_records_byte_for_byte(ben
     assert main([*common, "--benchmark", str(generic), "--out", str(tmp_path / "file")]) == 0
     native, mine = read_records(tmp_path / "native"), read_records(tmp_path / "file")
     assert native.num_rows == 2 * (2 * 2 + 2 * 2 + 4 + 1)  # items x (label 2 cells x 2 + M6 2 cells x 2 + cloze 4 + TF)
-    assert mine.equals(native)
+    # the same rows (M6 records' scores are NaN: compared as text, where NaN equals NaN)
+    assert [json.dumps(r, sort_keys=True) for r in mine.to_pylist()] == \
+        [json.dumps(r, sort_keys=True) for r in native.to_pylist()]
     files_n, files_m = read_manifest(tmp_path / "native")["files"], read_manifest(tmp_path / "file")["files"]
     shards = {name: entry for name, entry in files_n.items() if name.endswith(".parquet")}
     assert shards and {n: files_m[n] for n in shards} == shards  # same shard names, same sha256
