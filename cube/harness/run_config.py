@@ -138,8 +138,6 @@ class RunConfig:
         """The configuration as the run log records it (JSON values; no ``data``, a local path)."""
         logged = asdict(self)
         del logged["data"]
-        if logged["card"] is None:  # the logged form of runs before cards existed
-            del logged["card"]
         for name, value in logged.items():
             if isinstance(value, tuple):
                 logged[name] = list(value)

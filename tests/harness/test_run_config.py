@@ -25,7 +25,7 @@ def test_the_cli_defaults_are_the_configs_own():
 
 
 def test_a_logged_command_parses_back_to_the_same_config_through_argparse_and_without_it():
-    config = parsed("--model", "m", "--subjects", "anatomy,virology", "--sample", "6", "--within", "60",
+    config = parsed("--model", "m", "--card", "mine.card.yaml", "--subjects", "anatomy,virology", "--sample", "6", "--within", "60",
                     "--seed", "3", "--label-sets", "L1_halfwidth,L4_circled", "--scorers", "M1-seq,M2",
                     "--shots", "0,5", "--cues", "zh_cue,en_label_space", "--orders", "original,shift1",
                     "--dtype", "float32", "--batch-size", "8", "--shard-size", "2", "--shard", "1/3",

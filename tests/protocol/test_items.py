@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from cube.errors import ConfigError, ItemsError
+from cube.protocol.benchmarks import load_items
 from cube.protocol.items import (
     Item,
     allocate_per_subject,
     default_benchmark_root,
     load_ceval,
     load_cmmlu,
-    load_items,
     qhash,
     stratified_sample,
 )
