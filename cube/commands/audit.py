@@ -34,6 +34,10 @@ def register(subparsers) -> None:
                    help="with --model: the shot counts to audit, comma-separated (default 0), as `cube run --shots`")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="with --model hf:ORG/NAME@<commit>: let its tokenizer run the repository's code")
+    p.add_argument("--benchmark", metavar="NAME_OR_PATH",
+                   help="with --model: audit in this benchmark's prompt format and on the labels its items show "
+                        "(a user's file: README, Your benchmark), as `cube run --benchmark` does")
+    p.add_argument("--card", type=Path, help="with --benchmark PATH: your file's card (default: the one beside it)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--brief", action="store_true", help="table only, no per-label token ids")
     g = p.add_mutually_exclusive_group()
@@ -128,9 +132,21 @@ def audit_model(args: argparse.Namespace) -> int:
     if clash:
         raise ConfigError(f"--model audits one checkpoint; {clash[0]} is for the family audit (drop one of them)")
     label_sets = select_label_sets(args.label_sets, args.label_set)
-    contexts = load_contexts(args.contexts)
+    templates = None
+    if args.benchmark is not None:  # the run's own format, and the labels its items show (the first N)
+        from cube.protocol.benchmarks import resolve
+        from cube.protocol.label_sets import LabelSet, short_label_sets
+
+        bench = resolve(args.benchmark, args.card)
+        templates = bench.templates()
+        counts = [len(item.options) for item in bench.load(splits=bench.present_splits(bench.root()))]
+        short = short_label_sets(label_sets, counts)
+        if short is not None:
+            raise ConfigError(short)
+        label_sets = [LabelSet(ls.name, ls.labels[:max(counts)]) for ls in label_sets]
+    contexts = load_contexts(args.contexts, templates)
     name, tokenizer = model_tokenizer_spec(args.model, args.trust_remote_code)
-    cells = audit_run_cells(tokenizer, name, label_sets, contexts, sorted(set(args.shots)))
+    cells = audit_run_cells(tokenizer, name, label_sets, contexts, sorted(set(args.shots)), templates)
     if args.json:
         print(json.dumps({"model": name, "spec": args.model, "cells": [c.to_log() for c in cells]},
                          ensure_ascii=False, indent=1))

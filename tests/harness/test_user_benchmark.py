@@ -204,3 +204,25 @@ def test_the_scrub_and_leakage_index_cover_a_users_items():
     leaked = f"I recall: {question} The answer is C."
     cleaned = scrub(leaked, "", (), index=index).text
     assert question not in cleaned and "The answer is C." in cleaned
+
+
+@pytest.mark.registry
+def test_cube_audit_audits_the_labels_a_users_items_show(capsys):
+    """``cube audit --model --benchmark PATH``: the ten-label sets on the labels the file's items show
+    (the most options of any item: 5 in zh.csv), as `cube run --benchmark` audits them."""
+    import csv
+
+    with open(FIXTURE / "zh.csv", encoding="utf-8", newline="") as fh:
+        counts = [sum(1 for c in "ABCDE" if row[c]) for row in csv.DictReader(fh)]
+    most = max(counts)
+    assert main(["audit", "--model", "smollm2-135m-instruct", "--benchmark", str(FIXTURE / "zh.csv"),
+                 "--label-sets", "A10_halfwidth,A10_circled", "--contexts", "zh_cue"]) == 0
+    out = capsys.readouterr().out
+    half = next(line for line in out.splitlines() if "A10_halfwidth | zh_cue" in line)
+    assert half.count("'") == 2 * most and f"{'ABCDEFGHIJ'[most - 1]} '" in half and "F '" not in half
+    circled = next(line for line in out.splitlines() if "A10_circled | zh_cue" in line)
+    assert "DEGEN (full): " + "=".join("①②③④⑤⑥⑦⑧⑨⑩"[:most]) + " share first token" in circled
+    assert main(["audit", "--model", "smollm2-135m-instruct", "--benchmark", str(FIXTURE / "zh.csv"),
+                 "--label-sets", "L1_halfwidth"]) == 2
+    need = sum(n > 4 for n in counts)
+    assert f"{need} of {len(counts)} items have more options (up to {most})" in capsys.readouterr().err
