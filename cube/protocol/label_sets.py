@@ -9,7 +9,7 @@ from cube.config import load_config
 from cube.errors import ConfigError
 
 # The most options an item may have (a user's file: cube.protocol.user_file), and so the most labels
-# a prompt shows: the ten-label sets of config/label_sets.yaml (A-J, Ａ-Ｊ, 甲-癸, ①-⑩).
+# a prompt shows: the ten-label sets of config/label_sets_ten.yaml (A-J, Ａ-Ｊ, 甲-癸, ①-⑩).
 MAX_OPTIONS = 10
 
 
@@ -87,23 +87,38 @@ def parse_label_set(spec: str) -> LabelSet:
     return LabelSet(name.strip(), labels)
 
 
-def load_label_sets() -> dict[str, LabelSet]:
-    raw = load_config("label_sets")
+def _read_sets(config_name: str) -> dict[str, LabelSet]:
+    raw = load_config(config_name)
     if not isinstance(raw, dict) or not raw:
-        raise ConfigError("config/label_sets.yaml must map names to lists of labels")
+        raise ConfigError(f"config/{config_name}.yaml must map names to lists of labels")
     out = {}
     for name, labels in raw.items():
         if not isinstance(labels, list):
-            raise ConfigError(f"label set {name!r} in config/label_sets.yaml is not a list")
+            raise ConfigError(f"label set {name!r} in config/{config_name}.yaml is not a list")
         out[str(name)] = LabelSet(str(name), tuple(str(x) if x is not None else "" for x in labels))
     return out
 
 
+def study_label_sets() -> dict[str, LabelSet]:
+    """The study's four sets (config/label_sets.yaml): what runs and audits use when none is named."""
+    return _read_sets("label_sets")
+
+
+def load_label_sets() -> dict[str, LabelSet]:
+    """Every frozen set by name: the study's, then the ten-label sets (config/label_sets_ten.yaml)."""
+    out = study_label_sets()
+    for name, label_set in _read_sets("label_sets_ten").items():
+        if name in out:
+            raise ConfigError(f"label set {name!r} is in both config/label_sets.yaml and config/label_sets_ten.yaml")
+        out[name] = label_set
+    return out
+
+
 def select_label_sets(names: list[str] | None, extra: list[str] | None = None) -> list[LabelSet]:
-    """The frozen sets by name (all when ``names`` is empty) plus user-given ``NAME=...`` sets."""
+    """The frozen sets by name (the study's four when ``names`` is empty) plus user-given ``NAME=...`` sets."""
     frozen = load_label_sets()
     chosen = []
-    for name in names or list(frozen):
+    for name in names or list(study_label_sets()):
         if name not in frozen:
             raise ConfigError(f"unknown label set {name!r}; known: {', '.join(frozen)}")
         chosen.append(frozen[name])
