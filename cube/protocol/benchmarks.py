@@ -141,9 +141,21 @@ def load_items(name: str, root: Path | None = None, splits: Sequence[str] | str 
     return resolve(name).load(root, splits, subjects)
 
 
+def taxonomy_of(name: str) -> str:
+    """The taxonomy a benchmark's records are grouped with: its registry entry's; records of no
+    registered benchmark (``sim``) by ``cube.protocol.taxonomy``'s own table."""
+    from cube.protocol.taxonomy import taxonomy_for_benchmark
+
+    entry = BENCHMARKS.get(name)
+    if entry is not None and entry.taxonomy is not None:
+        return entry.taxonomy
+    return taxonomy_for_benchmark(name)
+
+
 def benchmark_licences() -> dict[str, dict[str, str]]:
     """Every registered benchmark's licence note, as a release manifest lists them."""
     return {name: entry.licence_note() for name, entry in BENCHMARKS.items()}
 
 
-__all__ = ["BENCHMARKS", "Benchmark", "benchmark", "benchmark_licences", "load_items", "resolve", "user_benchmark"]
+__all__ = ["BENCHMARKS", "Benchmark", "benchmark", "benchmark_licences", "load_items", "resolve", "taxonomy_of",
+           "user_benchmark"]

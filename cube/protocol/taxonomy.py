@@ -139,12 +139,6 @@ def load_taxonomy(name: str, path: str | Path | None = None) -> Taxonomy:
 
 
 def taxonomy_for_benchmark(benchmark: str) -> str:
-    """The taxonomy a benchmark's records are grouped with: its registry entry's (or ``sim``'s)."""
-    from cube.protocol.benchmarks import BENCHMARKS
-
-    entry = BENCHMARKS.get(benchmark)
-    if entry is not None and entry.taxonomy is not None:
-        return entry.taxonomy
     if benchmark not in BENCHMARK_TAXONOMY:
         raise ConfigError(
             f"no default taxonomy for benchmark {benchmark!r}; pass one of "

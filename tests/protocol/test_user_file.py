@@ -77,13 +77,13 @@ def test_a_registered_name_is_its_entry_and_an_unknown_one_names_the_path_form()
 
 def test_the_release_manifest_lists_the_registrys_licences():
     from cube.release.manifest import BENCHMARK_LICENCES
-    from cube.protocol.taxonomy import taxonomy_for_benchmark
+    from cube.protocol.benchmarks import taxonomy_of
 
     assert BENCHMARK_LICENCES == {"cmmlu": {"name": "CMMLU", "licence": "CC BY-NC-SA 4.0",
                                             "source": "https://github.com/haonan-li/CMMLU"},
                                   "ceval": {"name": "C-Eval", "licence": "CC BY-NC-SA 4.0",
                                             "source": "https://github.com/hkust-nlp/ceval"}}
-    assert [taxonomy_for_benchmark(n) for n in ("cmmlu", "ceval", "sim")] == ["cmmlu", "ceval", "cmmlu"]
+    assert [taxonomy_of(n) for n in ("cmmlu", "ceval", "sim")] == ["cmmlu", "ceval", "cmmlu"]
 
 
 def test_an_en_mcq_prompt_shows_the_labels_of_its_options_only():
