@@ -52,7 +52,7 @@ from cube.analysis.stats import (
     wilson_interval,
 )
 from cube.errors import ConfigError, RecordsError
-from cube.protocol.benchmarks import taxonomy_of
+from cube.protocol.benchmarks import taxonomy_of as registry_taxonomy
 from cube.protocol.taxonomy import Taxonomy, load_taxonomy
 from cube.records.schema import GENERATION_RECORD_SCORERS
 from cube.records.store import column_codes, group_ids, list_matrix
@@ -235,7 +235,7 @@ def _category_memberships(
     def taxonomy_of(benchmark: str) -> Taxonomy:
         if isinstance(taxonomy, Taxonomy):
             return taxonomy
-        name = taxonomy or taxonomy_of(benchmark)
+        name = taxonomy or registry_taxonomy(benchmark)
         if name not in loaded:
             loaded[name] = load_taxonomy(name)
         return loaded[name]
