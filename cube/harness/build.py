@@ -50,6 +50,9 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     if model is None:
         model = parse_model(config.model, config.trust_remote_code)  # a bad SPEC fails here, not at load
     bench = resolve(config.benchmark, config.card)  # a user's file is read and checked whole here
+    if bench.path is not None and config.data is not None:
+        raise ConfigError(f"--data {config.data} names a registered benchmark's folder; --benchmark {config.benchmark} "
+                          "is already your file (drop --data)")
     templates = bench.templates()
     check_contexts(config.contexts, templates)
     label_sets = select_label_sets(list(config.label_sets))

@@ -227,3 +227,11 @@ def test_cube_audit_audits_the_labels_a_users_items_show(capsys):
                  "--label-sets", "L1_halfwidth"]) == 2
     need = sum(n > 4 for n in counts)
     assert f"{need} of {len(counts)} items have more options (up to {most})" in capsys.readouterr().err
+
+
+def test_data_beside_a_users_file_is_refused(tmp_path, monkeypatch, capsys):
+    _no_model_loads(monkeypatch)
+    argv = ["run", "--model", "smollm2-135m-instruct", "--benchmark", str(FIXTURE / "zh.csv"), "--data", str(tmp_path),
+            "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    assert "names a registered benchmark's folder; --benchmark" in capsys.readouterr().err
