@@ -167,3 +167,17 @@ def test_custom_multi_character_labels_prefer_the_longest_match():
 def test_empty_labels_are_a_programming_error():
     with pytest.raises(ValueError):
         extract_strict("答案：A", [])
+
+
+def test_an_english_answer_word_reads_answer_x_and_leaves_the_chinese_rules_alone():
+    """en_mcq's M6 reads ``Answer: X`` (templates generation.answer_word); the exam format's default
+    word is 答案, so CMMLU's extraction is what it was."""
+    from cube.protocol.extract import extract_lenient, extract_strict
+
+    labels = tuple("ABCDE")
+    assert extract_strict("Answer: B", labels, "Answer") == 1
+    assert extract_strict("Answer: B", labels) is None  # the exam format reads 答案 only
+    assert extract_strict("答案：C", labels, "Answer") is None
+    assert extract_lenient("I think the answer is E.", labels, None, "Answer") == 4
+    assert extract_lenient("选C", labels, None, "Answer") is None  # the Chinese rules belong to 答案
+    assert extract_strict("Answer: A ... Answer: D", labels, "Answer") == 3  # the last one
