@@ -207,14 +207,15 @@ def _units(spec) -> list:
     chosen = {(c.label_set.name, c.shots): c for c in spec.cells}
     groups: dict[tuple, list] = {}
     for cell in spec.cells:
-        groups.setdefault((cell.context, cell.shots, cell.order), []).append(cell)
+        groups.setdefault((cell.context, cell.shots, cell.order, cell.chat), []).append(cell)
     units = []
     for cells in groups.values():
         scorers = each + (per_label_set if any(chosen.get((c.label_set.name, c.shots)) == c for c in cells) else ())
         if scorers:
             units.append(replace(spec, cells=tuple(cells), scorers=scorers))
-    if once:
-        units.append(replace(spec, cells=spec.cells[:1], scorers=once))
+    if once:  # once per item in each chat form of the cells (cube.protocol.chat)
+        firsts = {c.chat: c for c in reversed(spec.cells)}
+        units += [replace(spec, cells=(firsts[chat],), scorers=once) for chat in dict.fromkeys(c.chat for c in spec.cells)]
     return units
 
 
@@ -225,6 +226,7 @@ def _unit_args(config: RunConfig, unit, shard: tuple[int, int], out: str) -> tup
                   contexts=tuple(dict.fromkeys(c.context for c in cells)),
                   shots=tuple(dict.fromkeys(c.shots for c in cells)),
                   orders=tuple(dict.fromkeys(c.order for c in cells)),
+                  chat_templates=tuple(dict.fromkeys(c.chat for c in cells)),
                   scorers=tuple(unit.scorers), shard=shard, out=Path(out))
     args = shlex.split(job.command_line())[2:]
     if config.data is not None:
