@@ -380,8 +380,9 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
 
 
 def _max_score_difference(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) -> float | None:
+    protocol = compare_protocols(a, b, rows_a, rows_b) if len(rows_a) else {}
     if cell_of(a.table)["scorer"] != cell_of(b.table)["scorer"] or len(rows_a) == 0 \
-            or compare_protocols(a, b, rows_a, rows_b)["prompt_bytes"]["status"] != "same":
+            or protocol["prompt_bytes"]["status"] != "same" or protocol["chat_template"]["status"] == "differs":
         return None
     scores_a = list_matrix(a.table.take(pa.array(rows_a)), "scores")
     scores_b = list_matrix(b.table.take(pa.array(rows_b)), "scores")

@@ -130,6 +130,7 @@ def test_a_qwen_chat_cell_is_recorded_audited_resumed_sliced_and_explained(qwen3
     assert explained["protocol"]["chat_template"] == {"status": "differs", "a": "none",
                                                        "b": f"model (template sha256 {digest[:12]}...)"}
     assert explained["protocol"]["prompt_bytes"]["status"] == "same"
+    assert explained["max_score_difference"] is None  # the prompts are not byte-equal: one is a chat
     assert "chat_template" in [f["name"] for f in explained["factors"]]
 
 
@@ -172,6 +173,10 @@ def test_smollm2_scores_a_chat_cell_with_its_own_template(tmp_path, capsys):
     assert (cell["chat_template"], cell["chat_template_sha256"], cell["context"]) == ("model", digest, "zh_cue")
     records = read_records(out)
     assert records.column("context").to_pylist() == ["zh_cue@chat"] * 2
+    # its precision is found for the chat cell, so rescore's in-noise column is counted, not unknown
+    assert main(["rescore", str(out), "--json"]) == 0
+    (row,) = [r for r in json.loads(capsys.readouterr().out)["rows"] if r["aggregation"] == "micro"]
+    assert row["context"] == "zh_cue@chat" and row["within_noise_rate"] is not None
 
 
 # The prompts of a plain run with label, cloze, judgement and generation passes, 0- and 5-shot, two
