@@ -203,14 +203,14 @@ def _units(spec) -> list:
         return tuple(s for s in spec.scorers if SCORERS[s].pass_kind and PASSES[SCORERS[s].pass_kind].cells == cells_kind)
 
     each, per_label_set, once = scorers_of("each"), scorers_of("label_set_shots"), scorers_of("none")
-    # The runner writes a label-set-and-shots pass under the last cell of that label set and shots.
-    chosen = {(c.label_set.name, c.shots): c for c in spec.cells}
+    # The runner writes a label-set-and-shots pass under the last cell of that label set, shots and chat form.
+    chosen = {(c.label_set.name, c.shots, c.chat): c for c in spec.cells}
     groups: dict[tuple, list] = {}
     for cell in spec.cells:
         groups.setdefault((cell.context, cell.shots, cell.order, cell.chat), []).append(cell)
     units = []
     for cells in groups.values():
-        scorers = each + (per_label_set if any(chosen.get((c.label_set.name, c.shots)) == c for c in cells) else ())
+        scorers = each + (per_label_set if any(chosen.get((c.label_set.name, c.shots, c.chat)) == c for c in cells) else ())
         if scorers:
             units.append(replace(spec, cells=tuple(cells), scorers=scorers))
     if once:  # once per item in each chat form of the cells (cube.protocol.chat)
