@@ -312,7 +312,7 @@ def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> 
            job.cell.shots, job.cell.order)
     rows = []
     for item, (_, seen), gen in zip(job.items, built, gens):
-        prompt = render_prompt(item, job.cell, list(spec.dev_items))
+        prompt = render_prompt(item, replace(job.cell, chat=NO_CHAT), list(spec.dev_items))  # its options' order
         shown = [item.options[i] for i in prompt.permutation]
         text = seen + gen.text
         # The extractors read the raw text; the record keeps it scrubbed of the item's own text

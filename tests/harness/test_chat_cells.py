@@ -16,6 +16,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pytest
 
 from cube.cli import main
@@ -75,7 +76,7 @@ def test_a_qwen_chat_cell_is_recorded_audited_resumed_sliced_and_explained(qwen3
 
     out = tmp_path / "out"
     argv = ["run", "--model", str(qwen3_chat), *SMALL_RUN, "--label-sets", "L1_halfwidth,L4_circled",
-            "--scorers", "M1-seq,M1-strict,M2", "--chat-template", "none,model", "--out", str(out)]
+            "--scorers", "M1-seq,M1-strict,M2,M6", "--chat-template", "none,model", "--out", str(out)]
     assert main(argv) == 0
     err = capsys.readouterr().err
     # the audit cube run printed before the weights loaded is cube audit --model's, chat cells included
@@ -89,11 +90,17 @@ def test_a_qwen_chat_cell_is_recorded_audited_resumed_sliced_and_explained(qwen3
     # each cell records its form; a chat cell its template's digest, a plain cell what it recorded before
     records = read_records(out)
     assert set(records.column("context").to_pylist()) == {"zh_cue", "zh_cue@chat", "cloze", "cloze@chat"}
-    assert records.num_rows == 2 * (2 * 2 * 2 + 2)  # items x (label sets x forms x 2 label scorers + 2 cloze forms)
+    # items x (label sets x forms x (2 label scorers + M6's two extractors) + 2 cloze forms)
+    assert records.num_rows == 2 * (2 * 2 * 4 + 2)
+    generated = records.filter(pc.equal(records.column("scorer"), "M6-strict"))
+    assert sorted(set(generated.column("context").to_pylist())) == ["zh_cue", "zh_cue@chat"]
     cells = read_manifest(out)["cells"]
     digest = hashlib.sha256(qwen_template.encode("utf-8")).hexdigest()
     chat = {k: c for k, c in cells.items() if "@chat" in k}
-    assert sorted(chat) == ["tiny-qwen3-chat/cloze--cloze@chat", "tiny-qwen3-chat/label--L1_halfwidth__zh_cue@chat__0shot__original",
+    assert sorted(chat) == ["tiny-qwen3-chat/cloze--cloze@chat",
+                            "tiny-qwen3-chat/gen--L1_halfwidth__zh_cue@chat__0shot__original",
+                            "tiny-qwen3-chat/gen--L4_circled__zh_cue@chat__0shot__original",
+                            "tiny-qwen3-chat/label--L1_halfwidth__zh_cue@chat__0shot__original",
                             "tiny-qwen3-chat/label--L4_circled__zh_cue@chat__0shot__original"]
     assert all((c["chat_template"], c["chat_template_sha256"], c["chat_template_bos_added"]) == ("model", digest, None)
                for c in chat.values())
@@ -108,6 +115,20 @@ def test_a_qwen_chat_cell_is_recorded_audited_resumed_sliced_and_explained(qwen3
     prompts = chat_prompts(config)
     plain = prompts["label--L1_halfwidth__zh_cue__0shot__original"]
     shown = prompts["label--L1_halfwidth__zh_cue@chat__0shot__original"]
+    # answer-only generation continues the same chat prompt (its cue opening the reply)
+    from cube.harness.build import build_spec
+    from cube.harness.runner import _generation_prompt, plan_jobs
+
+    spec = build_spec(config)
+    (job,) = [j for j in plan_jobs(spec) if j.cell_name == "gen--L1_halfwidth__zh_cue@chat__0shot__original"]
+    assert [_generation_prompt(it, job.cell, spec, cot=False) for it in job.items] == [(t, "答案：") for t in shown]
+    # chain of thought: its instruction ends the user turn, the reply starts empty
+    from cube.protocol.prompts import load_templates
+
+    instruction = load_templates()["generation"]["cot_instruction"]
+    assert [_generation_prompt(it, job.cell, spec, cot=True) for it in job.items] == [
+        (tokenizer.apply_chat_template([{"role": "user", "content": (t[: -len("答案：")] + instruction).rstrip()}],
+                                       add_generation_prompt=True, tokenize=False), "") for t in plain]
     for text, in_chat in zip(plain, shown):
         assert text.endswith("\nD. " + text.split("\nD. ")[-1]) and text.endswith("答案：")
         expected = tokenizer.apply_chat_template([{"role": "user", "content": text[: -len("答案：")].rstrip()}],
@@ -118,7 +139,7 @@ def test_a_qwen_chat_cell_is_recorded_audited_resumed_sliced_and_explained(qwen3
 
     # resumable: the same command finds every shard done
     assert main(argv) == 0
-    assert "0 shards to run, 6 already done" in capsys.readouterr().err
+    assert "0 shards to run, 10 already done" in capsys.readouterr().err
     # a slice of cube rescore, and a named factor of cube explain
     assert main(["rescore", str(out), "--context", "zh_cue@chat", "--scorer", "M1-seq", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
