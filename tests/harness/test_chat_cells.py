@@ -154,6 +154,12 @@ def test_a_qwen_chat_cell_is_recorded_audited_resumed_sliced_and_explained(qwen3
     assert explained["max_score_difference"] is None  # the prompts are not byte-equal: one is a chat
     assert "chat_template" in [f["name"] for f in explained["factors"]]
 
+    # another template is another model file: the resume is refused naming it, before anything loads
+    (qwen3_chat / "chat_template.jinja").write_text(qwen_template.replace("You are Qwen", "You are Q"), encoding="utf-8")
+    assert main(argv) == 2
+    line = error_lines(capsys)[-1]
+    assert "model file chat_template.jinja changed (sha256 " in line and line.startswith("cube: error: ")
+
 
 @pytest.mark.registry
 def test_a_checkpoint_without_a_template_asked_for_model_is_one_line_before_anything_loads(qwen3_no_template, tmp_path,
