@@ -55,9 +55,10 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
                           "is already your file (drop --data)")
     templates = bench.templates()
     check_contexts(config.contexts, templates)
+    chat_template = chat_template_of(model, config)  # a checkpoint without one asked for `model`: one line, here
     label_sets = select_label_sets(list(config.label_sets))
-    cells = [Cell(ls, ctx, n, order) for ls in label_sets for ctx in config.contexts
-             for n in config.shots for order in config.orders]
+    cells = [Cell(ls, ctx, n, order, chat) for ls in label_sets for ctx in config.contexts
+             for n in config.shots for order in config.orders for chat in config.chat_templates]
     subjects = list(config.subjects) if config.subjects is not None else None
     root = bench.root(config.data)
     items = bench.load(root, (config.split,), subjects)
@@ -88,7 +89,9 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
             seed=config.seed, subjects=subjects, model_sha256=identity.digest, model_files=identity.files,
             model_source=model.described, device=config.device, dtype=precision.dtype,
             dtype_reason=precision.reason, backend=config.backend, config=config,
-            audit=tuple(audit_cells(model, label_sets, config, templates, max(len(i.options) for i in items))),
+            audit=tuple(audit_cells(model, label_sets, config, chat_template, templates,
+                                    max(len(i.options) for i in items))),
+            chat_template=chat_template,
         ),
     )
     preflight(spec)  # every prompt the run will build: shots, orders, label sets, names
@@ -96,11 +99,21 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     return spec
 
 
-def audit_cells(model, label_sets, config: RunConfig, templates: dict | None = None,
+def chat_template_of(model, config: RunConfig):
+    """The checkpoint's own chat template where a cell asks for it (``--chat-template model``),
+    else None; a checkpoint without one is refused in one line (``ModelSpec.chat_template``)."""
+    from cube.protocol.chat import MODEL_CHAT
+
+    return model.chat_template() if MODEL_CHAT in config.chat_templates else None
+
+
+def audit_cells(model, label_sets, config: RunConfig, chat_template=None, templates: dict | None = None,
                 n_options: int | None = None) -> list:
-    """Every (label set x answer context x shots) cell on the tokenizer the run scores with,
-    before any weights load: the same cells ``cube audit --model`` prints. ``n_options``: the most
-    options an item of the run has; a longer set is audited on the labels it shows (its first N)."""
+    """Every (label set x answer context x shots x chat template) cell on the tokenizer the run
+    scores with, before any weights load: the same cells ``cube audit --model`` prints. In a chat
+    cell the labels are tokenized after the assistant turn's cue, where they are scored.
+    ``templates``: the benchmark's prompt format; ``n_options``: the most options an item of the
+    run has, so that a longer set is audited on the labels it shows (its first N)."""
     from cube.protocol.label_sets import LabelSet
     from cube.protocol.prompts import load_contexts
     from cube.tokenizers.audit import audit_run_cells
@@ -108,7 +121,7 @@ def audit_cells(model, label_sets, config: RunConfig, templates: dict | None = N
     if n_options is not None:
         label_sets = [LabelSet(ls.name, ls.labels[:n_options]) if len(ls) > n_options else ls for ls in label_sets]
     return audit_run_cells(model.tokenizer(), model.name, label_sets, load_contexts(config.contexts, templates),
-                           sorted(set(config.shots)), templates)
+                           sorted(set(config.shots)), config.chat_templates, chat_template, templates)
 
 
 def degenerate_warnings(spec: RunSpec) -> list[str]:
@@ -130,4 +143,4 @@ def strict_audit(spec: RunSpec, strict: bool) -> None:
                                                                 if len(warnings) > 1 else ""))
 
 
-__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "check_contexts", "degenerate_warnings", "strict_audit"]
+__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "chat_template_of", "check_contexts", "degenerate_warnings", "strict_audit"]
