@@ -398,9 +398,6 @@ def _weights_of(in_set: np.ndarray, subject: np.ndarray, aggregation: str) -> li
 # From slice specs to an explanation, and its JSON
 # --------------------------------------------------------------------------------------------
 
-FROZEN_AUDIT = Path("data") / "predictions" / "audit_frozen.json"
-
-
 def _cell_dtype(manifest: Mapping[str, Any], cell: Mapping[str, Any]) -> str | None:
     """The precision the manifest records for this cell (``cube.analysis.noise.cell_dtypes``)."""
     from cube.analysis.noise import CELL_KEY, cell_dtypes
@@ -416,11 +413,11 @@ def explain_slices(spec_a: SliceSpec, spec_b: SliceSpec, allow_incomplete: bool 
     imported store carries its own audit in its manifest.
     """
     from cube.analysis.confirm import model_families
-    from cube.config import REPO_ROOT
+    from cube.config import FROZEN_PREDICTION
     from cube.records.store import read_manifest, read_records
     from cube.tokenizers.audit import read_prediction
 
-    frozen_path = REPO_ROOT / FROZEN_AUDIT
+    frozen_path = FROZEN_PREDICTION
     frozen = read_prediction(frozen_path) if frozen_path.is_file() else None
     tables: dict[Path, pa.Table] = {}
     sides = []

@@ -26,8 +26,9 @@ def register(subparsers) -> None:
         description=__doc__.splitlines()[0],
     )
     parser.add_argument("records", help="records folder (holds MANIFEST.json)")
-    parser.add_argument("--prediction", default="data/predictions/audit_frozen.json",
-                        help="frozen prediction from `cube audit --freeze`")
+    parser.add_argument("--prediction", default=None,
+                        help="frozen prediction from `cube audit --freeze` (default: the study's, "
+                             "data/predictions/audit_frozen.json, shipped with cube: found from any folder)")
     parser.add_argument("--run-audit", action="store_true",
                         help="check each model against the audit its own `cube run` made on its tokenizer before "
                              "the weights loaded (logged in the run log), instead of --prediction")
@@ -88,7 +89,9 @@ def run(args: argparse.Namespace) -> int:
         prediction, families = run_audit_prediction(args.records)
         families.update(extra)
     else:
-        prediction = read_prediction(Path(args.prediction))
+        from cube.config import FROZEN_PREDICTION
+
+        prediction = read_prediction(Path(args.prediction) if args.prediction else FROZEN_PREDICTION)
         families = model_families(read_manifest(args.records), extra)
     report = confirm(table, prediction, families)
     if not report.cells:
