@@ -154,6 +154,23 @@ def test_real_model_resume_under_another_configuration_is_refused(tmp_path, monk
         assert re.search(needle, err[0]) and "items " in err[0]
     assert read_records(out).equals(before)
     assert main([*argv, "--subjects", "agronomy"]) == 0  # the same command: nothing to do
+    err = capsys.readouterr().err
+    assert "0 shards to run" in err
+    # Issue 36 §3: --dtype auto (the default) resumed in the store's dtype and said so, without
+    # a probe that could flip; the other dtype is refused with the option that resumes it; the
+    # batch size does not block a resume.
+    from cube.records.store import read_manifest
+
+    written = {c["dtype"] for c in read_manifest(out)["cells"].values()}
+    assert len(written) == 1
+    (recorded,) = written
+    assert f"auto: resuming a store whose records are {recorded}" in err
+    other = "float32" if recorded == "bfloat16" else "bfloat16"
+    assert main([*argv, "--subjects", "agronomy", "--dtype", other]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f'dtype "{recorded}" -> "{other}"' in err[0]
+    assert err[0].endswith(f"(resume it with --dtype {recorded}, or write to a new --out)"), err[0]
+    assert main([*argv, "--subjects", "agronomy", "--batch-size", "3"]) == 0
     assert "0 shards to run" in capsys.readouterr().err
 
 
