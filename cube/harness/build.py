@@ -39,6 +39,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     error). Nothing here loads weights; a demo or GGUF model may be converted once, an hf: one
     downloaded once.
     """
+    from cube.harness.backends import check_backend
     from cube.harness.model_spec import check_fits, parameter_count, parse_model
     from cube.harness.precision import check_device, choose_dtype, recorded_dtype
     from cube.protocol.items import default_benchmark_root, load_items, stratified_sample
@@ -47,6 +48,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     from cube.records.leakage import build_index
 
     check_device(config.device)  # before items and the model load (torch's own errors are tracebacks)
+    check_backend(config.backend)  # a missing vLLM: one line on how to get it, before items and the probe
     if model is None:
         model = parse_model(config.model, config.trust_remote_code)  # a bad SPEC fails here, not at load
     check_contexts(config.contexts)

@@ -264,3 +264,26 @@ def test_without_benchmark_data_a_bad_argument_is_named_before_the_data(tmp_path
     assert main(["run", "--model", "smollm2-135m-instruct", "--sample", "1", "--out", str(tmp_path / "out")]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "cmmlu: benchmark data not found" in last and "cube data fetch cmmlu" in last
+
+
+def test_a_missing_vllm_is_one_line_saying_how_to_get_it(tmp_path, monkeypatch, capsys):
+    """Issue 36 §5: `--backend vllm` without vLLM was a traceback after the items and a dtype probe."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed in this environment")
+    import cube.harness.precision
+    import cube.protocol.items
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("items or the dtype probe came before the backend check")
+
+    _no_model_loads(monkeypatch)
+    monkeypatch.setattr(cube.protocol.items, "load_items", refuse)
+    monkeypatch.setattr(cube.harness.precision, "matmul_speedup", refuse)
+    assert main(["run", "--model", "smollm2-135m-instruct", "--sample", "1", "--backend", "vllm",
+                 "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("cube: error: --backend vllm: vllm is not installed in this environment (")
+    assert "scripts/install_vllm_env.sh" in line and ".venv-vllm/bin/python -m cube run" in line
+    assert not (tmp_path / "out").exists()
