@@ -287,3 +287,25 @@ def test_a_missing_vllm_is_one_line_saying_how_to_get_it(tmp_path, monkeypatch, 
     assert line.startswith("cube: error: --backend vllm: vllm is not installed in this environment (")
     assert "scripts/install_vllm_env.sh" in line and ".venv-vllm/bin/python -m cube run" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_every_run_option_has_help_that_states_its_default():
+    """Issue 36 §6: `cube run --help` left --label-sets, --split, --seed, --out, --device and
+    --batch-size without help, and stated few defaults (they exist in RunConfig)."""
+    import argparse
+
+    from cube.cli import build_parser
+    from cube.harness.run_config import RunConfig
+
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    run_parser = sub.choices["run"]
+    for action in run_parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        assert action.help, f"{action.option_strings[0]} has no help"
+        if action.default not in (None, False):
+            shown = action.default if isinstance(action.default, str) else str(action.default)
+            assert shown in action.help or "(default)" in action.help, (action.option_strings[0], action.help)
+    sample = next(a for a in run_parser._actions if "--sample" in a.option_strings)
+    assert "11,582" in sample.help and RunConfig.default("sample") is None
