@@ -18,7 +18,7 @@ from pathlib import Path
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "import", help="import another harness's run as records (lm-evaluation-harness)",
+        "import", help="import another harness's run as records (lm-evaluation-harness, OpenCompass)",
         description="Import another harness's run as cube records.",
     )
     actions = parser.add_subparsers(dest="import_command", required=True, metavar="HARNESS")
