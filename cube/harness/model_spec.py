@@ -358,7 +358,8 @@ def parse_model(text: str, trust_remote_code: bool = False) -> ModelSpec:
         raise ConfigError(f"--model {text!r} is a file but not a .gguf; give a .gguf file, a Hugging Face folder, "
                           "hf:ORG/NAME@<commit> or a demo model")
     raise ConfigError(f"unknown model {text!r}: not a demo model ({', '.join(sorted(config.demo_models))}), "
-                      "a folder, a .gguf file or hf:ORG/NAME@<40-hex commit>")
+                      "a folder, a .gguf file or hf:ORG/NAME@<40-hex commit>; give one of these demo names, the "
+                      "path of your model's folder or .gguf file, or a pinned hub id (README: Your own model)")
 
 
 def model_tokenizer_spec(text: str, trust_remote_code: bool = False) -> tuple[str, object]:

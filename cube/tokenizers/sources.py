@@ -129,7 +129,9 @@ def fetch_registry_file(spec: str | RegistrySpec, sha256: str) -> Path:
     """
     spec = parse_registry_spec(spec) if isinstance(spec, str) else spec
     if not sha256 or not _SHA256.fullmatch(sha256):
-        raise ConfigError(f"{spec}: a registry source needs a pinned sha256 (64 hex chars), got {sha256!r}")
+        raise ConfigError(f"{spec}: a registry source needs a pinned sha256 (64 hex chars), got {sha256!r}; "
+                          "pin the file's sha256 (`cube audit --tokenizer NAME=SPEC --sha256 NAME=HEX`, or `sha256:` "
+                          "beside `spec:` in models.yaml)")
     target = cache_dir() / "files" / sha256 / Path(spec.path).name
     if target.exists():
         got = sha256_file(target)

@@ -19,10 +19,15 @@ def run_cli(*argv):
 
 @pytest.mark.parametrize("argv, needle", [
     (["--model", "nope"], "unknown model 'nope'"),
+    (["--model", "nope"], "give one of these demo names, the path of your model's folder or .gguf file"),
     (["--model", "smollm2-135m-instruct", "--scorers", "M9"], "unknown scorer 'M9'"),
     (["--model", "smollm2-135m-instruct", "--shard", "3/2"], "--shard 3/2"),
     (["--model", "smollm2-135m-instruct", "--shard", "x"], "--shard 'x' must look like K/N"),
     (["--model", "smollm2-135m-instruct", "--label-sets", "L9"], "unknown label set 'L9'"),
+    (["--model", "smollm2-135m-instruct", "--label-sets", "L9"], "point CUBE_CONFIG_DIR at it"),
+    (["--model", "smollm2-135m-instruct", "--data", "pyproject.toml"],
+     "--data pyproject.toml is a file, not a benchmark folder; install it with `cube data fetch cmmlu --from "
+     "pyproject.toml`"),
     (["--model", "smollm2-135m-instruct", "--shots", "five"], "--shots 'five'"),
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, argv, needle):

