@@ -269,6 +269,11 @@ def _hub_folder(spec: ModelSpec) -> Path:
     except ImportError:
         raise SourceError(f"{spec.text}: hf: models need huggingface_hub (pip install -e '.[harness]')") from None
     patterns = HUB_PATTERNS + (["*.py"] if spec.trust_remote_code else [])
+    cached = hub_cache() / f"models--{spec.repo.replace('/', '--')}" / "snapshots" / str(spec.revision)
+    if not cached.is_dir():  # a snapshot in the cache needs no network
+        from cube.tokenizers.sources import check_hub_reachable
+
+        check_hub_reachable(spec.text)
     try:
         path = snapshot_download(spec.repo, revision=spec.revision, cache_dir=hub_cache(), allow_patterns=patterns)
     except Exception as exc:  # network, auth, missing repo or revision, offline without the snapshot
