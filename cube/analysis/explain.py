@@ -236,6 +236,10 @@ def _classes(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray, discordan
         parts = [f"the slices differ in {' and '.join(differing)}"] if differing else []
         if unknown:
             parts.append(f"the records do not say whether they differ in {' and '.join(unknown)}")
+        apart = differing + unknown
+        if len(apart) > 1:  # what would separate them: a run that changes one alone
+            parts.append(f"a third slice that differs from A in {apart[0]} alone separates the factors (e.g. cube "
+                         "run with the other harness's prompt as a cue of its own); explain it against A and B")
         notes["remainder"] = f"{NOT_IDENTIFIABLE}: {'; '.join(parts)}"
         notes.update({d: NOT_IDENTIFIABLE for d in differing + unknown})
     else:
