@@ -80,3 +80,16 @@ def test_a_model_name_with_dot_dot_given_on_the_command_line_is_refused(run, tmp
     code, _, err = run(str(tmp_path / "work"), "--out", str(tmp_path / "store"), "--no-audit", "--model", "../x")
     assert code != 0 and "model abbr '../x' is not a plain name" in err
     assert not (tmp_path / "store").exists()
+
+
+def test_a_generation_import_says_its_parse_failures_and_why_strict_fails(run, tmp_path, items):
+    """Issue 36 §6: the report said `M6-strict 1, M6-lenient 0` without saying these were parse
+    failures, or why cube's strict extractor fails on every OpenCompass generation (a bare ` A`),
+    and printed a label-cell audit for a run that scores no label."""
+    write_oc_run(tmp_path / "work", items, UIDS[:1], "gen", generations=[" A"])
+    code, out, err = run(str(tmp_path / "work"), "--out", str(tmp_path / "store"), "--tokenizer", "smollm2")
+    assert code == 0, err
+    assert "parse failures (generations no answer was read from): OpenCompass's first_capital_postprocess 0/1, " \
+           "cube's M6-strict 1/1, M6-lenient 0/1" in out
+    assert "M6-strict reads only the strict answer form its own prompts ask for, `答案：X`" in out
+    assert "label cell (" not in out and "no label cell: a generation run's answers are read from the text" in out
