@@ -319,7 +319,10 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
             status = "unattributed"  # the items no named factor can take, with the reason why
         detail = ""
         if name in protocol:
-            detail = f"A {protocol[name]['a']}; B {protocol[name]['b']}"
+            # a side the factor does not apply to (a generation scores no label tokens) says so, not None
+            shown_a, shown_b = (v if v is not None else "not applicable (e.g. a generation scores no label tokens)"
+                                for v in (protocol[name]["a"], protocol[name]["b"]))
+            detail = f"A {shown_a}; B {shown_b}"
             if protocol[name].get("records", "unknown") != "unknown":
                 detail += f"; the label tokens in the records: {protocol[name]['records']}"
             if status == "no difference" and protocol[name].get("by_audit"):

@@ -183,3 +183,10 @@ def test_an_unattributed_remainder_says_which_run_would_separate_its_factors(run
     assert "the slices differ in prompt_bytes and label_tokenization" in remainder
     assert "a third slice that differs from A in prompt_bytes alone separates the factors" in remainder
     assert "flips: common items whose right/wrong the factor changes" in out
+
+
+def test_a_generation_slice_shows_no_python_none(run):
+    opencompass = REPO_ROOT / "data" / "imported" / "opencompass-smollm2"
+    code, out, err = run(f"{opencompass}:scorer=OC-ppl", f"{opencompass}:scorer=M6-oc")
+    assert code == 0, err
+    assert "None" not in out and "B not applicable (e.g. a generation scores no label tokens)" in out
