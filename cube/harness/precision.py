@@ -139,8 +139,8 @@ def choose_dtype(requested: str, device: str = "cpu", flags: frozenset[str] | No
     if requested != "auto":
         return DtypeChoice(requested, "requested")
     if recorded is not None:
-        return DtypeChoice(recorded, f"auto: resuming a store whose records are {recorded} "
-                                     f"(as --dtype {recorded}; no probe)")
+        return DtypeChoice(recorded, f"auto: resuming a store whose records are {recorded}, as --dtype {recorded} "
+                                     "would; no probe")
     if device.startswith("cuda"):
         import torch
 
