@@ -57,5 +57,5 @@ def open_backend(name: str, model: str, dtype: str | None = None, device: str | 
     return getattr(importlib.import_module(module), cls).from_config(model, dtype=dtype, device=device)
 
 
-__all__ = ["BACKENDS", "BACKEND_PACKAGES", "Backend", "ContinuationLogprobs", "ForwardCounter", "GenerationResult", "ScoreRequest",
-           "check_backend", "open_backend"]
+__all__ = ["BACKENDS", "BACKEND_PACKAGES", "Backend", "ContinuationLogprobs", "ForwardCounter", "GenerationResult",
+           "ScoreRequest", "check_backend", "open_backend"]
