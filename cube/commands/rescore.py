@@ -44,7 +44,8 @@ def register(subparsers) -> None:
     parser.add_argument("--taxonomy", choices=("cmmlu", "ceval"), default=None,
                         help="subject categories (default: each benchmark's own)")
     parser.add_argument("--versus", nargs="+", metavar="FIELD=VALUE",
-                        help="regression table against the slice with these fields replaced")
+                        help="regression table against the slice with these fields replaced; FIELD one of "
+                             f"{', '.join(dest for dest, _ in SLICE_OPTIONS)}, e.g. --versus label_set=L4_circled")
     parser.add_argument("--versus-records", metavar="DIR",
                         help="take the --versus slice from another records folder")
     parser.add_argument("--calibration", action="store_true",

@@ -190,3 +190,4 @@ def test_the_help_names_each_slice_option_in_english(capsys):
         cli.main(["rescore", "--help"])
     out = capsys.readouterr().out
     assert "shotss" not in out and "keep only these shots (comma-separated" in out
+    assert "FIELD one of model, scorer, label_set, shots, order, context" in " ".join(out.split())
