@@ -56,6 +56,10 @@ def register(subparsers) -> None:
                         "own: in a copy of the config folder under CUBE_CONFIG_DIR")
     p.add_argument("--orders", type=comma_list("--orders"), default=",".join(D("orders")),
                    help=f"option orders, e.g. original,shift1 (default {','.join(D('orders'))})")
+    p.add_argument("--chat-template", dest="chat_templates", type=comma_list("--chat-template"),
+                   default=",".join(D("chat_templates")),
+                   help="none (the plain prompt, default) and/or model: the prompt as the user turn of the "
+                        "checkpoint's own chat template, the answer cue opening the assistant turn (a cell axis)")
     p.add_argument("--out", type=Path, required=True,
                    help="the records folder (a new one, or the store of a run to resume: the same command resumes it)")
     p.add_argument("--backend", default=D("backend"), choices=list(BACKENDS),
