@@ -85,7 +85,7 @@ class RunSpec:
     def config_hash(self) -> str:
         """The run's one identity: a digest of what a resume compares (``cell_configs``).
 
-        Version 2 (``CONFIG_HASH_VERSION``, logged beside it). Version 1, in run-log lines without
+        Version 3 (``CONFIG_HASH_VERSION``, logged beside it). Version 1, in run-log lines without
         a ``config_hash_version``, digested the model, items, cells, scorers, shard size, generation
         length and templates but not the dtype, backend, device, batch size or model sha256, so a
         run under another dtype carried the same hash; no check reads either version back (the
