@@ -1,15 +1,18 @@
-"""``cube import lm-eval``: the report, --no-audit, and one-line errors with nothing written."""
+"""``cube import HARNESS`` (lm-eval, opencompass): the report, --no-audit and --json, and one-line
+errors with nothing written."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
 from cube import cli
 from cube.protocol.items import load_cmmlu, stratified_sample
 from cube.records.store import read_records
-from tests.records.test_lm_eval_import import write_run
+from tests.importers.test_lm_eval import write_run
+from tests.importers.test_opencompass import MODEL, UIDS, write_oc_run
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +22,7 @@ def items(benchmarks_root):
 
 @pytest.fixture
 def run(monkeypatch, capsys, benchmarks_root):
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ["cube.commands.import_lm_eval"])
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ["cube.commands.import_run"])
 
     def invoke(*argv: str) -> tuple[int, str, str]:
         code = cli.main(["import", "lm-eval", *argv, "--data", str(benchmarks_root / "cmmlu")])
@@ -84,4 +87,77 @@ def test_a_hostile_gguf_named_by_pretrained_is_one_line(run, tmp_path, items):
     code, out, err = run(str(folder), "--out", str(tmp_path / "store"), "--benchmark", "cmmlu")
     assert code == 2 and out == "" and err.count("\n") == 1, err
     assert err.startswith("cube: error: ") and "GGUF header declares 4,611,686,018,427,387,904 bytes" in err
+    assert not (tmp_path / "store").exists()
+
+
+# ---- cube import opencompass ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def oc_items(cmmlu_items):
+    return cmmlu_items(("dev", "test"))
+
+
+@pytest.fixture
+def run_oc(monkeypatch, capsys, benchmarks_root):
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ["cube.commands.import_run"])
+
+    def invoke(*argv: str) -> tuple[int, str, str]:
+        code = cli.main(["import", "opencompass", *argv, "--data", str(benchmarks_root / "cmmlu")])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return invoke
+
+
+def test_import_reports_each_dataset_and_the_audit(run_oc, tmp_path, oc_items):
+    write_oc_run(tmp_path / "work", oc_items, UIDS, "ppl", ppls=[[1.5, 1.2, 1.3, 1.4], [1.0, 1.1, 1.3, 1.4]])
+    code, out, err = run_oc(str(tmp_path / "work"), "--out", str(tmp_path / "store"), "--tokenizer", "smollm2")
+    assert code == 0, err
+    assert out.startswith(f"imported 2 predictions of 2 dataset(s), model {MODEL}: 2 records")
+    assert "label cell ('答案是:' + ' ' + A-D): max1tok" in out and "degenerate cells: none" in out
+    assert "PPL over the whole prompt" in out and "of equal length" in out
+    assert read_records(tmp_path / "store").num_rows == 2
+
+
+def test_json_report(run_oc, tmp_path, oc_items):
+    write_oc_run(tmp_path / "work", oc_items, UIDS[:1], "gen", generations=["The answer"])
+    code, out, err = run_oc(str(tmp_path / "work"), "--out", str(tmp_path / "store"), "--no-audit", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    d = report["datasets"]["cmmlu-computer_security@gen"]
+    assert report["records"] == 3 and d["accuracy"] == d["reproduced_accuracy"] == 0.0
+    assert d["n_parse_failed"] == {"M6-oc": 1, "M6-strict": 1, "M6-lenient": 1}
+
+
+def _truncated(run_dir):
+    path = next((run_dir / "predictions").rglob("*.json"))
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+
+
+def _no_config(run_dir):
+    shutil.rmtree(run_dir / "configs")
+
+
+@pytest.mark.parametrize("make, kwargs, message", [
+    (_truncated, {}, "not valid JSON at line 1 (a truncated predictions file?)"),
+    (_no_config, {}, "no dumped config (*.py)"),
+    (None, {"kind": "MMLUDataset"}, "is MMLUDataset, not C-Eval or CMMLU"),
+    (None, {"model": "../../elsewhere"}, "model abbr '../../elsewhere' is not a plain name"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(run_oc, tmp_path, oc_items, make, kwargs, message):
+    run_dir = write_oc_run(tmp_path / "work", oc_items, UIDS[:1], "ppl", **kwargs)
+    if make is not None:
+        make(run_dir)
+    code, out, err = run_oc(str(tmp_path / "work"), "--out", str(tmp_path / "store"), "--no-audit")
+    assert code != 0 and out == ""
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "store").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".store")]
+
+
+def test_a_model_name_with_dot_dot_given_on_the_command_line_is_refused(run_oc, tmp_path, oc_items):
+    write_oc_run(tmp_path / "work", oc_items, UIDS[:1], "ppl")
+    code, _, err = run_oc(str(tmp_path / "work"), "--out", str(tmp_path / "store"), "--no-audit", "--model", "../x")
+    assert code != 0 and "model abbr '../x' is not a plain name" in err
     assert not (tmp_path / "store").exists()
