@@ -38,15 +38,16 @@ def register(subparsers) -> None:
         p.add_argument("--model", help=importer.model_help)
         p.add_argument("--family", help="the model's tokenizer family, for `cube confirm` (default: "
                                         "config/models.yaml's, for a demo model)")
-        group = p.add_mutually_exclusive_group()
-        group.add_argument("--tokenizer", metavar="SPEC",
-                           help="audit with this tokenizer (a family name or a source spec) instead of the "
-                                "one the run names")
-        group.add_argument("--no-audit", action="store_true",
-                           help="import without a tokenizer: no audit, no first-token ids (nor the records "
-                                "that need them)")
+        if importer.audits:
+            group = p.add_mutually_exclusive_group()
+            group.add_argument("--tokenizer", metavar="SPEC",
+                               help="audit with this tokenizer (a family name or a source spec) instead of the "
+                                    "one the run names")
+            group.add_argument("--no-audit", action="store_true",
+                               help="import without a tokenizer: no audit, no first-token ids (nor the records "
+                                    "that need them)")
         p.add_argument("--json", action="store_true", help="print the report as JSON")
-        p.set_defaults(func=run, importer=importer.name)
+        p.set_defaults(func=run, importer=importer.name, tokenizer=None, no_audit=not importer.audits)
 
 
 def audit_tokenizer(args: argparse.Namespace, default_spec: str | None, where: str):
@@ -99,6 +100,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(importer.report_json(imported, out), ensure_ascii=False, indent=1, default=str))
     else:
         print(importer.format_report(imported, out))
-    if tokenizer is None:
+    if tokenizer is None and importer.audits:
         print("audit not run (--no-audit)", file=sys.stderr)
     return 0

@@ -108,6 +108,7 @@ EXTRACTORS = {
     "M6-strict": "cube's strict extractor (the last 答案：X)",
     "M6-lenient": "cube's lenient extractor (答案：X, 答案是X, 选X, a bare label, an option's text)",
     "M6-oc": "OpenCompass's first_capital_postprocess (the first capital letter anywhere)",
+    "M6-es": "EvalScope's parse_answers_zh (the last 答案：X, else its fallback), as its review logged it",
 }
 SCORED_DECISION = "argmax of the scores, the first option on a tie"
 
@@ -151,6 +152,7 @@ class HarnessImporter:
     report_json: Callable[[Imported, Path | None], dict[str, Any]]
     describe: Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[str], str], ScoringProtocol]
     benchmark_option: bool = False  # whether --benchmark is offered (the runs may not say)
+    audits: bool = True  # whether its records have label tokens a tokenizer audit judges (generations: no)
 
 
 # --------------------------------------------------------------------------------------------

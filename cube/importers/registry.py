@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cube.importers import lm_eval, opencompass
+from cube.importers import evalscope, lm_eval, opencompass
 from cube.importers.contract import HarnessImporter
 
-IMPORTERS: dict[str, HarnessImporter] = {i.name: i for i in (lm_eval.IMPORTER, opencompass.IMPORTER)}
+IMPORTERS: dict[str, HarnessImporter] = {i.name: i for i in (lm_eval.IMPORTER, opencompass.IMPORTER, evalscope.IMPORTER)}
 
 
 def importer_of(metadata: Mapping[str, Any]) -> HarnessImporter | None:
