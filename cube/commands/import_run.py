@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from cube.importers.contract import BENCHMARK_SPLITS, check_metadata_clean, refuse_used_out, write_store
     from cube.importers.registry import IMPORTERS
     from cube.protocol.items import default_benchmark_root, load_items
+    from cube.records.degeneracy import degeneracy_report, degenerate_cells
 
     importer = IMPORTERS[args.importer]
     refuse_used_out(args.out)
@@ -96,10 +98,14 @@ def run(args: argparse.Namespace) -> int:
     imported = importer.run(read, items, args.model, tokenizer, family, source)
     check_metadata_clean(imported.metadata, items)
     out = write_store(args.out, imported)
+    cells = degenerate_cells(imported.rows)
     if args.json:
-        print(json.dumps(importer.report_json(imported, out), ensure_ascii=False, indent=1, default=str))
+        report = {**importer.report_json(imported, out),
+                  "degenerate_scores": [{**asdict(c), "findings": c.findings()} for c in cells if c.findings()]}
+        print(json.dumps(report, ensure_ascii=False, indent=1, default=str))
     else:
         print(importer.format_report(imported, out))
+        print("\n".join(degeneracy_report(cells)))
     if tokenizer is None and importer.audits:
         print("audit not run (--no-audit)", file=sys.stderr)
     return 0

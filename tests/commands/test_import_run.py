@@ -161,3 +161,26 @@ def test_a_model_name_with_dot_dot_given_on_the_command_line_is_refused(run_oc, 
     code, _, err = run_oc(str(tmp_path / "work"), "--out", str(tmp_path / "store"), "--no-audit", "--model", "../x")
     assert code != 0 and "model abbr '../x' is not a plain name" in err
     assert not (tmp_path / "store").exists()
+
+
+# ---- degenerate scores, in any import ---------------------------------------------------------
+
+
+def test_an_import_whose_options_all_score_the_same_is_flagged_with_the_count(run, tmp_path, items):
+    folder = write_run(tmp_path / "run", items, lls=[[-1.5] * 4 for _ in items])
+    code, out, err = run(str(folder), "--out", str(tmp_path / "store"), "--benchmark", "cmmlu", "--no-audit")
+    n = len(items)
+    assert code == 0, err
+    assert f"tiny-model M1-seq L1_halfwidth zh_cue 0-shot: MOSTLY TIES: {n}/{n} (100%) decisions tied" in out
+    assert f"every option scores the same on {n}/{n} (100%) items" in out
+    code, out, err = run(str(folder), "--out", str(tmp_path / "store2"), "--benchmark", "cmmlu", "--no-audit",
+                         "--json")
+    cells = json.loads(out)["degenerate_scores"]
+    assert {c["scorer"] for c in cells} == {"M1-seq", "M4-char"} and all(c["n_tied"] == n for c in cells)
+
+
+def test_a_healthy_import_says_none(run, tmp_path, items):
+    lls = [[-1.0 - 0.5 * ((k + j) % 4) for k in range(4)] for j in range(len(items))]  # no ties, not constant
+    folder = write_run(tmp_path / "run", items, lls=lls)
+    code, out, err = run(str(folder), "--out", str(tmp_path / "store"), "--benchmark", "cmmlu", "--no-audit")
+    assert code == 0 and out.endswith("degenerate scores:\n  none\n")
