@@ -56,6 +56,28 @@ class Decision:
     n_tokens: Sequence[int] | None = None
 
 
+def generation_decisions(item: Item, cell: tuple[str, str, int, str], gold: int, scorer: str,
+                         harness_pred: int | None, text: str, labels: Sequence[str],
+                         leakage: Any | None, parse_failed: dict[str, int]) -> list[Decision]:
+    """The records of one generation: the harness's own answer (``scorer``, ``harness_pred``) and
+    cube's strict and lenient extraction beside it (the scorer table's M6), the text stored scrubbed
+    of the item's text where ``leakage`` (a ``cube.records.leakage`` index) is given; each answer
+    not found counts in ``parse_failed`` under its scorer."""
+    from cube.protocol.scorers import SCORERS
+
+    strict, lenient = SCORERS["M6"].score(text, labels, list(item.options))
+    if leakage is not None:
+        from cube.records.leakage import scrub
+
+        text = scrub(text, item.question, item.options, index=leakage).text
+    out = []
+    for name, pred in zip((scorer, *SCORERS["M6"].records), (harness_pred, strict, lenient)):
+        if pred is None:
+            parse_failed[name] = parse_failed.get(name, 0) + 1
+        out.append(Decision(item, name, cell, gold, None, pred=pred, generation=text))
+    return out
+
+
 def records(model: str, decisions: Sequence[Decision]) -> list[dict]:
     """The records of ``decisions``, each built by ``record_row`` as cube's own harness builds them."""
     return [record_row(model, d.item, d.scorer, d.cell, d.gold, d.result, pred=d.pred, generation=d.generation,

@@ -42,6 +42,7 @@ from cube.importers.contract import (
     RunsRead,
     ScoringProtocol,
     extractor_of,
+    generation_decisions,
     items_by_hash,
     one_benchmark,
 )
@@ -272,8 +273,6 @@ def context_name(benchmark: Mapping[str, Any]) -> str:
 def import_subset(subset: SubsetRun, bench: Mapping[str, Any], by_hash: Mapping[str, Sequence[Item]],
                   leakage: Any) -> tuple[list[Decision], SubsetImport]:
     """The decisions of one subset, EvalScope's score of each checked against its extracted answer."""
-    from cube.records.leakage import scrub
-
     predictions = read_jsonl(subset.predictions, "predictions")
     reviews = read_jsonl(subset.reviews, "reviews")
     if set(predictions) != set(reviews):
@@ -312,13 +311,8 @@ def import_subset(subset: SubsetRun, bench: Mapping[str, Any], by_hash: Mapping[
         total += float(value)
         status = str(score.get("status") or "")
         summary.statuses[status] = summary.statuses.get(status, 0) + 1
-        text = _generation(entry, where)
-        strict, lenient = SCORERS["M6"].score(text, LABELS, list(item.options))
-        stored = scrub(text, item.question, item.options, index=leakage).text
-        for scorer, pred in zip((ES_SCORER, *SCORERS["M6"].records), (es_pred, strict, lenient)):
-            if pred is None:
-                summary.n_parse_failed[scorer] = summary.n_parse_failed.get(scorer, 0) + 1
-            decisions.append(Decision(item, scorer, cell, gold, None, pred=pred, generation=stored))
+        decisions += generation_decisions(item, cell, gold, ES_SCORER, es_pred, _generation(entry, where), LABELS,
+                                          leakage, summary.n_parse_failed)
     summary.score = total / len(reviews)
     return decisions, summary
 

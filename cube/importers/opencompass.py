@@ -57,6 +57,7 @@ from cube.importers.contract import (
     RunsRead,
     ScoringProtocol,
     extractor_of,
+    generation_decisions,
     items_by_hash,
     one_benchmark,
 )
@@ -507,11 +508,9 @@ def import_dataset(dataset: DatasetRun, by_hash: Mapping[str, Sequence[Item]],
                 raise HarnessImportError(f"{where}: the prediction is not a generation (text)")
             oc_pred = SCORERS[GEN_SCORER].score(text, LABELS)
             n_correct += oc_pred == gold
-            strict, lenient = SCORERS["M6"].score(text, LABELS, list(item.options))
-            for scorer, pred in zip((GEN_SCORER, *SCORERS["M6"].records), (oc_pred, strict, lenient)):
-                if pred is None:
-                    summary.n_parse_failed[scorer] = summary.n_parse_failed.get(scorer, 0) + 1
-                records.append(Decision(item, scorer, cell, gold, None, pred=pred, generation=text))
+            # stored as logged (the committed fixture predates scrubbing imported generations)
+            records += generation_decisions(item, cell, gold, GEN_SCORER, oc_pred, text, LABELS, None,
+                                            summary.n_parse_failed)
     summary.reproduced = 100.0 * n_correct / len(entries)
     if abs(summary.reproduced - accuracy) > 1e-9:
         raise HarnessImportError(
