@@ -30,7 +30,6 @@ from typing import Any
 from cube.errors import HarnessImportError, WriteError
 from cube.protocol.items import Item
 from cube.protocol.scorers import ScoreResult
-from cube.records.schema import record_row
 
 # The splits an import matches against: a harness's prompts may quote any split (dev exemplars).
 BENCHMARK_SPLITS = {"cmmlu": ("dev", "test"), "ceval": ("dev", "val", "test")}
@@ -80,6 +79,8 @@ def generation_decisions(item: Item, cell: tuple[str, str, int, str], gold: int,
 
 def records(model: str, decisions: Sequence[Decision]) -> list[dict]:
     """The records of ``decisions``, each built by ``record_row`` as cube's own harness builds them."""
+    from cube.records.schema import record_row  # pyarrow: not needed to list the importers (cube --help)
+
     return [record_row(model, d.item, d.scorer, d.cell, d.gold, d.result, pred=d.pred, generation=d.generation,
                        first_token_ids=d.first_token_ids, n_tokens=d.n_tokens) for d in decisions]
 
