@@ -37,6 +37,7 @@ SCORER_NORMALISATION = {
     "OC-ppl": "PPL over each label's whole prompt (OpenCompass)",
     "M6-oc": "generation, first capital letter (OpenCompass)",
     "M6-es": "generation, EvalScope's extracted answer (EvalScope)",
+    "M6-inspect": "generation, inspect_ai's choice answer (inspect_ai)",
 }
 CUBE_AGGREGATION = "per slice: the records' mean (micro) or the mean of subjects' means (macro), as selected"
 CUBE_TOKENIZATION = {"in_context": "whole text, label past the common prefix",

@@ -132,6 +132,7 @@ EXTRACTORS = {
     "M6-lenient": "cube's lenient extractor (答案：X, 答案是X, 选X, a bare label, an option's text)",
     "M6-oc": "OpenCompass's first_capital_postprocess (the first capital letter anywhere)",
     "M6-es": "EvalScope's parse_answers_zh (the last 答案：X, else its fallback), as its review logged it",
+    "M6-inspect": "inspect_ai's choice scorer (the letters after ANSWER:), as its log logged it",
 }
 SCORED_DECISION = "argmax of the scores, the first option on a tie"
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cube.importers import evalscope, lm_eval, opencompass
+from cube.importers import evalscope, inspect_eval, lm_eval, opencompass
 from cube.importers.contract import HarnessImporter
 
-IMPORTERS: dict[str, HarnessImporter] = {i.name: i for i in (lm_eval.IMPORTER, opencompass.IMPORTER, evalscope.IMPORTER)}
+IMPORTERS: dict[str, HarnessImporter] = {i.name: i for i in (lm_eval.IMPORTER, opencompass.IMPORTER, evalscope.IMPORTER,
+                                                             inspect_eval.IMPORTER)}
 
 
 def importer_of(metadata: Mapping[str, Any]) -> HarnessImporter | None:

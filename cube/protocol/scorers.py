@@ -241,8 +241,9 @@ def extract_oc_gen(text: str, labels: Sequence[str]) -> int | None:
 
 
 def extract_es_logged(extracted: str | None, labels: Sequence[str]) -> int | None:
-    """M6-es: EvalScope's own extracted answer as its review logged it (``parse_answers_zh``: the
-    last 答案：X, else its fallback); one label is that label, nothing or several a parse failure."""
+    """M6-es and M6-inspect: another harness's own extracted answer as its log kept it (EvalScope's
+    ``parse_answers_zh``, inspect_ai's ``choice`` scorer); one label is that label, nothing or
+    several a parse failure."""
     return list(labels).index(extracted) if extracted in labels else None
 
 
@@ -350,6 +351,9 @@ SCORERS: dict[str, Scorer] = {s.name: s for s in (
            extract_oc_gen, None),
     Scorer("M6-es", "imported", ("M6-es",),
            "EvalScope's extracted answer of a generation, as its review logged it (imported runs only)",
+           extract_es_logged, None),
+    Scorer("M6-inspect", "imported", ("M6-inspect",),
+           "inspect_ai's choice scorer's answer of a generation, as its log logged it (imported runs only)",
            extract_es_logged, None),
 )}
 
