@@ -46,6 +46,7 @@ INSPECT_SCORER = "M6-inspect"
 LABELS = ("A", "B", "C", "D")
 SCORE_NAME = "choice"  # inspect_ai's multiple-choice scorer
 VALUES = {"C": 1.0, "I": 0.0, "N": 0.0}  # its accuracy metric's reading of a sample's value
+ZIP_ZSTANDARD = 93  # the zip compression method of inspect_ai's .eval members (zstd)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,11 @@ def read_log(path: str | Path) -> InspectLog:
                 if "header.json" not in names:
                     raise HarnessImportError(f"{path}: no header.json; the eval did not finish (inspect_ai writes "
                                              "it last), or this is no inspect_ai log")
+                if any(i.compress_type == ZIP_ZSTANDARD for i in archive.infolist()):
+                    raise HarnessImportError(
+                        f"{path}: compressed with zstd (inspect_ai's default), which this Python's zipfile cannot "
+                        "read; convert it with `inspect log convert FILE.eval --to json --output-dir DIR` and "
+                        "import the .json log")
                 too_big = [i.filename for i in archive.infolist() if i.file_size > MAX_FILE_BYTES]
                 if too_big:
                     raise HarnessImportError(f"{path}: {too_big[0]} unpacks to more than {MAX_FILE_BYTES} bytes")
