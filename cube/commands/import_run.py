@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if not model:
         raise HarnessImportError(f"{read.where} name no model; give --model NAME")
     family = args.family or model_families().get(model)
-    imported = importer.run(read, items, args.model, tokenizer, family, source)
+    imported = importer.run(read.runs, items, args.model, tokenizer, family, source)
     check_metadata_clean(imported.metadata, items)
     out = write_store(args.out, imported)
     cells = degenerate_cells(imported.rows)

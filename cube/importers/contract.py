@@ -20,6 +20,7 @@ plus its test.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cube.errors import HarnessImportError, WriteError
+from cube.files import check_within
 from cube.protocol.items import Item
 from cube.protocol.scorers import ScoreResult
 
@@ -159,8 +161,8 @@ class HarnessImporter:
     """One harness ``cube import`` reads: its command's texts and the importer's functions.
 
     ``read(folder, benchmark)``: the runs below ``folder`` (``benchmark``: the user's --benchmark,
-    for importers whose runs may not say). ``run(read, items, model, tokenizer, family,
-    tokenizer_source)``: the :class:`Imported`, nothing written. ``describe(metadata, cell,
+    for importers whose runs may not say). ``run(runs, items, model, tokenizer, family,
+    tokenizer_source)``: the :class:`Imported` of ``RunsRead.runs``, nothing written. ``describe(metadata, cell,
     contexts, normalisation)``: one stored cell's :class:`ScoringProtocol`.
     """
 
@@ -196,6 +198,44 @@ def one_benchmark(benchmarks: set[str]) -> str:
         raise HarnessImportError(f"the run mixes benchmarks ({', '.join(sorted(benchmarks))}); "
                                  "import one benchmark at a time")
     return next(iter(benchmarks))
+
+
+# A name from a harness's config that names a folder or file of its output (a model, a dataset, a
+# subset): one with a separator or "..", such as "../../elsewhere", would read outside the folder given.
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,199}$")
+
+
+def plain_name(kind: str, value: Any, where: str | Path) -> str:
+    """``value`` where it is a plain name (letters, digits, _ . + -), else one line naming it."""
+    if not isinstance(value, str) or not _PLAIN_NAME.match(value) or ".." in value:
+        raise HarnessImportError(f"{where}: {kind} {str(value)[:60]!r} is not a plain name (letters, "
+                                 "digits, _ . + -); it would name a file outside this folder")
+    return value
+
+
+def one_model(names: set[str], given: str | None, kind: str = "model") -> str:
+    """The records' model name: ``given`` (--model, a plain name), else the runs' one model; runs
+    of several models are refused (a store's records of one import are one model's)."""
+    if len(names) != 1:
+        raise HarnessImportError(f"the folder holds runs of {len(names)} models ({', '.join(sorted(names))}); "
+                                 "import each model's runs on their own")
+    return plain_name(kind, given, "--model") if given else next(iter(names))
+
+
+def run_folders(folder: str | Path, predictions: str, harness: str, give: str) -> list[Path]:
+    """The run folders at or below ``folder``: each the grandparent's parent of a ``predictions``
+    glob match (``**/predictions/*/*.json``), none of them outside ``folder``. ``give``: what the
+    user should give instead, for the message."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise HarnessImportError(f"{folder}: not a folder (give {give})")
+    found = sorted({p.parents[2] for p in folder.glob(predictions)})
+    if not found:
+        raise HarnessImportError(f"{folder}: no {predictions.removeprefix('**/')} below it; not {harness} output "
+                                 "folder")
+    for run in found:
+        check_within(run, folder, HarnessImportError, f"{harness.split(' ', 1)[-1]} run folder")
+    return found
 
 
 def items_by_hash(items: Sequence[Item]) -> dict[str, list[Item]]:

@@ -34,7 +34,7 @@ import yaml
 
 from cube.checksums import sha256_file
 from cube.errors import HarnessImportError
-from cube.files import check_within, read_text
+from cube.files import read_text
 from cube.importers.contract import (
     Decision,
     HarnessImporter,
@@ -45,6 +45,9 @@ from cube.importers.contract import (
     generation_decisions,
     items_by_hash,
     one_benchmark,
+    one_model,
+    plain_name,
+    run_folders,
 )
 from cube.protocol.items import Item, qhash
 from cube.protocol.scorers import SCORERS
@@ -52,7 +55,6 @@ from cube.protocol.scorers import SCORERS
 ES_SCORER = "M6-es"
 LABELS = ("A", "B", "C", "D")
 KNOWN_BENCHMARKS = ("ceval", "cmmlu")  # EvalScope's benchmark names, which are cube's
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,199}$")  # a model or subset name names a file
 # EvalScope's C-Eval and CMMLU prompts: "问题：<question>\n选项：\nA. <option>\n..." (the test question
 # is the last block; the few-shot exemplars come first).
 _QUESTION = re.compile(r"问题：(.*?)\n选项：\n", re.S)
@@ -87,23 +89,8 @@ class EvalScopeRun:
 
 def find_runs(folder: str | Path) -> list[Path]:
     """The run folders at or below ``folder``: each holds ``configs/`` and ``predictions/``."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise HarnessImportError(f"{folder}: not a folder (give the --work-dir evalscope wrote, or one run in it)")
-    found = sorted({p.parents[2] for p in folder.glob("**/predictions/*/*.jsonl")})
-    if not found:
-        raise HarnessImportError(f"{folder}: no predictions/<model>/<benchmark>_<subset>.jsonl below it; not an "
-                                 "EvalScope output folder")
-    for run in found:
-        check_within(run, folder, HarnessImportError, "EvalScope run folder")
-    return found
-
-
-def _plain(kind: str, value: Any, where: Path) -> str:
-    if not isinstance(value, str) or not _NAME.match(value) or ".." in value:
-        raise HarnessImportError(f"{where}: {kind} {str(value)[:60]!r} is not a plain name (letters, digits, "
-                                 "_ . + -); it would name a file outside this folder")
-    return value
+    return run_folders(folder, "**/predictions/*/*.jsonl", "an EvalScope",
+                       "the --work-dir evalscope wrote, or one run in it")
 
 
 def read_run(folder: str | Path) -> EvalScopeRun:
@@ -121,7 +108,7 @@ def read_run(folder: str | Path) -> EvalScopeRun:
     resolved = config.get("resolved_benchmarks") if isinstance(config, dict) else None
     if not isinstance(resolved, dict) or not resolved:
         raise HarnessImportError(f"{config_path}: no 'resolved_benchmarks'; not an EvalScope 1.x task config")
-    model = _plain("model", config.get("model_id") or config.get("model"), config_path)
+    model = plain_name("model", config.get("model_id") or config.get("model"), config_path)
     subsets, reports = [], {}
     for name, bench in resolved.items():
         if name not in KNOWN_BENCHMARKS:
@@ -137,7 +124,7 @@ def read_run(folder: str | Path) -> EvalScopeRun:
         if isinstance(shots, bool) or not isinstance(shots, int) or shots < 0:
             raise HarnessImportError(f"{config_path}: benchmark {name}'s few_shot_num {shots!r} is not a count")
         for subset in bench.get("subset_list") or []:
-            _plain("subset", subset, config_path)
+            plain_name("subset", subset, config_path)
             predictions = folder / "predictions" / model / f"{name}_{subset}.jsonl"
             reviews = folder / "reviews" / model / f"{name}_{subset}.jsonl"
             for path, what in ((predictions, "inference"), (reviews, "review")):
@@ -329,11 +316,7 @@ def import_runs(runs: Sequence[EvalScopeRun], items: Sequence[Item], model: str 
     is needed: EvalScope's decisions are read off text."""
     from cube.records.leakage import build_index
 
-    names = {run.model for run in runs}
-    if len(names) != 1:
-        raise HarnessImportError(f"the folder holds runs of {len(names)} models ({', '.join(sorted(names))}); "
-                                 "import each model's runs on their own")
-    name = _plain("model", model, Path("--model")) if model else names.pop()
+    name = one_model({run.model for run in runs}, model)
     by_hash = items_by_hash(items)
     leakage = build_index(items)
     decisions: list[Decision] = []
@@ -456,17 +439,12 @@ def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Seq
                            extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION)
 
 
-def _run(read_: RunsRead, items: Sequence[Item], model: str | None, tokenizer: Any | None,
-         family: str | None, tokenizer_source: str | None) -> Imported:
-    return import_runs(read_.runs, items, model, tokenizer, family, tokenizer_source)
-
-
 IMPORTER_LABEL = "EvalScope"
 IMPORTER = HarnessImporter(
     name="evalscope", source="evalscope", label=IMPORTER_LABEL,
     help="an `evalscope eval --work-dir DIR` output folder (C-Eval, CMMLU): generations as records",
     folder_help="the work dir evalscope wrote (or one <timestamp> run in it)",
     model_help="the records' model name (default: the config's model_id)",
-    read=read, run=_run, format_report=format_report, report_json=report_json, describe=describe,
+    read=read, run=import_runs, format_report=format_report, report_json=report_json, describe=describe,
     audits=False,
 )

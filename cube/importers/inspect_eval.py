@@ -267,17 +267,12 @@ def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Seq
                            normalisation, None, extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION)
 
 
-def _run(read_: RunsRead, items: Sequence[Item], model: str | None, tokenizer: Any | None,
-         family: str | None, tokenizer_source: str | None) -> Imported:
-    return import_runs(read_.runs, items, model, tokenizer, family, tokenizer_source)
-
-
 IMPORTER_LABEL = "inspect_ai"
 IMPORTER = HarnessImporter(
     name="inspect", source="inspect_ai", label=IMPORTER_LABEL,
     help="an inspect_ai log (FILE.eval or .json) of its multiple_choice solver: generations as records",
     folder_help="the .eval (or .json) log inspect eval wrote",
     model_help="the records' model name (default: the log's model, after its provider)",
-    read=read, run=_run, format_report=format_report, report_json=report_json, describe=describe,
+    read=read, run=import_runs, format_report=format_report, report_json=report_json, describe=describe,
     benchmark_option=True, audits=False,
 )

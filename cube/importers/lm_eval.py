@@ -867,17 +867,12 @@ def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Seq
                            extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION)
 
 
-def _run(read_: RunsRead, items: Sequence[Item], model: str | None, tokenizer: Encoder | None,
-         family: str | None, tokenizer_source: str | None) -> Imported:
-    return import_runs(read_.runs, items, model, tokenizer, family, tokenizer_source)
-
-
 IMPORTER_LABEL = "lm-eval"
 IMPORTER = HarnessImporter(
     name="lm-eval", source="lm-evaluation-harness", label=IMPORTER_LABEL,
     help="an `lm_eval --log_samples --output_path` folder: records + audit of its protocol",
     folder_help="the folder lm_eval --output_path wrote",
     model_help="the records' model name (default: the last part of pretrained=)",
-    read=read, run=_run, format_report=format_report, report_json=report_json, describe=describe,
+    read=read, run=import_runs, format_report=format_report, report_json=report_json, describe=describe,
     benchmark_option=True,
 )

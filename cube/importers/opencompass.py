@@ -49,7 +49,7 @@ import numpy as np
 
 from cube.checksums import sha256_bytes, sha256_file
 from cube.errors import HarnessImportError
-from cube.files import check_within, read_text
+from cube.files import read_text
 from cube.importers.contract import (
     Decision,
     HarnessImporter,
@@ -60,6 +60,9 @@ from cube.importers.contract import (
     generation_decisions,
     items_by_hash,
     one_benchmark,
+    one_model,
+    plain_name,
+    run_folders,
 )
 from cube.protocol.items import Item, qhash
 from cube.protocol.scorers import SCORERS, tie_groups
@@ -73,9 +76,6 @@ KNOWN_DATASETS = {"CMMLUDataset": "cmmlu", "CEvalDataset": "ceval"}
 INFERENCERS = {"PPLInferencer": "ppl", "GenInferencer": "gen"}
 # The gen postprocessors whose decisions cube reproduces (``first_capital`` below): any other is refused.
 GEN_POSTPROCESSORS = ("first_capital_postprocess",)
-# A model or dataset abbr names a folder and a file of the output (predictions/<model>/<dataset>.json):
-# one with a separator or "..", such as "../../elsewhere", would read outside the folder given.
-_ABBR = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,199}$")
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,23 +163,12 @@ class OpenCompassRun:
 
 def find_runs(folder: str | Path) -> list[Path]:
     """The run folders at or below ``folder``: each holds ``configs/`` and ``predictions/``."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise HarnessImportError(f"{folder}: not a folder (give the -w WORK_DIR OpenCompass wrote, or one run in it)")
-    found = sorted({p.parents[2] for p in folder.glob("**/predictions/*/*.json")})
-    if not found:
-        raise HarnessImportError(f"{folder}: no predictions/<model>/<dataset>.json below it; not an "
-                                 "OpenCompass output folder")
-    for run in found:
-        check_within(run, folder, HarnessImportError, "OpenCompass run folder")
-    return found
+    return run_folders(folder, "**/predictions/*/*.json", "an OpenCompass",
+                       "the -w WORK_DIR OpenCompass wrote, or one run in it")
 
 
 def _check_abbr(kind: str, value: Any, where: Path) -> str:
-    if not isinstance(value, str) or not _ABBR.match(value) or ".." in value:
-        raise HarnessImportError(f"{where}: {kind} abbr {str(value)[:60]!r} is not a plain name (letters, "
-                                 "digits, _ . + -); it would name a file outside this folder")
-    return value
+    return plain_name(f"{kind} abbr", value, where)
 
 
 def _model_abbr(model: Mapping[str, Any]) -> Any:
@@ -620,11 +609,7 @@ def import_runs(runs: Sequence[OpenCompassRun], items: Sequence[Item], model: st
                 tokenizer: Any | None = None, family: str | None = None,
                 tokenizer_source: str | None = None) -> Imported:
     """Records and report of every dataset of ``runs`` (one model), nothing written yet."""
-    names = {run.model for run in runs}
-    if len(names) != 1:
-        raise HarnessImportError(f"the folder holds runs of {len(names)} models ({', '.join(sorted(names))}); "
-                                 "import each model's runs on their own")
-    name = _check_abbr("model", model, Path("--model")) if model else names.pop()
+    name = one_model({run.model for run in runs}, model, "model abbr")
     by_hash = items_by_hash(items)
     rows: list[Decision] = []
     summaries: list[DatasetImport] = []
@@ -819,16 +804,11 @@ def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Seq
                            extractor=extractor, aggregation=AGGREGATION)
 
 
-def _run(read_: RunsRead, items: Sequence[Item], model: str | None, tokenizer: Any | None,
-         family: str | None, tokenizer_source: str | None) -> Imported:
-    return import_runs(read_.runs, items, model, tokenizer, family, tokenizer_source)
-
-
 IMPORTER_LABEL = "OpenCompass"
 IMPORTER = HarnessImporter(
     name="opencompass", source="opencompass", label=IMPORTER_LABEL,
     help="an `opencompass CONFIG -w DIR` output folder (PPL and gen modes): records + audit",
     folder_help="the work dir opencompass wrote (or one run in it)",
     model_help="the records' model name (default: the model's abbr in the config)",
-    read=read, run=_run, format_report=format_report, report_json=report_json, describe=describe,
+    read=read, run=import_runs, format_report=format_report, report_json=report_json, describe=describe,
 )
