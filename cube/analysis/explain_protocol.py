@@ -48,14 +48,16 @@ def _cube_prompt(cell: Mapping[str, Any]) -> tuple[str | None, str | None, str |
     """cube's prompt of a cell as a template, its label prefix and tokenization; Nones where the
     cell is not a label cell cube can render (cloze, judgement, chain of thought)."""
     from cube.importers.lm_eval import OPTION_FIELDS
+    from cube.protocol.chat import split_context
     from cube.protocol.label_sets import load_label_sets
     from cube.protocol.prompts import answer_context, load_templates, option_permutation
 
+    context = split_context(cell["context"])[0]  # the plain prompt; the chat form is its own dimension
     try:
         templates = load_templates()
         label_set = load_label_sets()[cell["label_set"]]
-        cue, prefix = answer_context(templates, cell["context"])
-        mode = str(templates["contexts"][cell["context"]].get("tokenization", "in_context"))
+        cue, prefix = answer_context(templates, context)
+        mode = str(templates["contexts"][context].get("tokenization", "in_context"))
         shown = option_permutation(cell["order"], len(label_set.labels))
     except (CubeError, KeyError):
         return None, None, None
@@ -98,7 +100,20 @@ def describe(manifest: Mapping[str, Any], cell: Mapping[str, Any],
     prompt, prefix, tokenization = _cube_prompt(cell)
     return ScoringProtocol("cube", prompt, prefix, tokenization, normalisation,
                            _frozen_verdict(frozen_audit, family, cell), extractor=extractor_of(cell["scorer"]),
-                           aggregation=CUBE_AGGREGATION)
+                           aggregation=CUBE_AGGREGATION, chat_template=_chat_template(manifest, cell))
+
+
+def _chat_template(manifest: Mapping[str, Any], cell: Mapping[str, Any]) -> str:
+    """A cube cell's chat form: ``none``, or ``model`` with the digest of the template its store
+    recorded (``cube.harness.runner.cell_configs``)."""
+    from cube.protocol.chat import MODEL_CHAT, split_context
+
+    chat = split_context(str(cell["context"]))[1]
+    if chat != MODEL_CHAT:
+        return chat
+    digests = sorted({str(c.get("chat_template_sha256")) for k, c in (manifest.get("cells") or {}).items()
+                      if k.startswith(f"{cell['model']}/") and c.get("chat_template") == MODEL_CHAT})
+    return f"{MODEL_CHAT} (template sha256 {digests[0][:12]}...)" if len(digests) == 1 else MODEL_CHAT
 
 
 def prompt_diff(a: ScoringProtocol, b: ScoringProtocol) -> list[str]:

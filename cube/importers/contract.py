@@ -119,6 +119,9 @@ class ScoringProtocol:
     decides_as: str | None = None  # another scorer whose decisions this one's equal on these items
     extractor: str | None = None  # how an answer is read off a generation; None for scored options
     aggregation: str | None = None  # how the harness turned decisions into its reported number
+    # "none" (the plain prompt) or "model (template sha256 ...)": the chat-template axis
+    # (cube.protocol.chat); None where the store does not say (an import)
+    chat_template: str | None = None
 
     def full_text(self) -> str | None:
         """What the model reads, label included: equal full texts with a different split differ
