@@ -38,8 +38,9 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     error). Nothing here loads weights; a demo or GGUF model may be converted once, an hf: one
     downloaded once.
     """
+    from cube.harness.backends import check_backend
     from cube.harness.model_spec import check_fits, parameter_count, parse_model
-    from cube.harness.precision import check_device, choose_dtype
+    from cube.harness.precision import check_device, choose_dtype, recorded_dtype
     from cube.protocol.benchmarks import resolve
     from cube.protocol.items import stratified_sample
     from cube.protocol.label_sets import select_label_sets, short_label_sets
@@ -47,6 +48,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     from cube.records.leakage import build_index
 
     check_device(config.device)  # before items and the model load (torch's own errors are tracebacks)
+    check_backend(config.backend)  # a missing vLLM: one line on how to get it, before items and the probe
     if model is None:
         model = parse_model(config.model, config.trust_remote_code)  # a bad SPEC fails here, not at load
     bench = resolve(config.benchmark, config.card)  # a user's file is read and checked whole here
@@ -76,7 +78,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     index = None
     if set(config.scorers) & set(GENERATION_SCORERS):  # generations are scrubbed of every item's text
         index = build_index(bench.load(root, bench.present_splits(root)))
-    precision = choose_dtype(config.dtype, config.device)
+    precision = choose_dtype(config.dtype, config.device, recorded=recorded_dtype(config.out, model.name))
     identity = model.identity()  # hashed in full: the folder's files, or the GGUF file
     if model.kind in ("folder", "hub"):  # a demo or GGUF model's folder is checked once converted (load_model)
         check_fits(model.name, parameter_count(model.folder()), precision.dtype, config.device)
