@@ -189,7 +189,7 @@ def test_generations_are_scrubbed_of_every_items_text_before_they_reach_disk(tmp
 
     class QuotesOptions(HFBackend):
         def generate(self, prompts, max_new_tokens, batch_size=8):
-            return [GenerationResult(f"我认为是{item.options[k]}，不是{other}" if item.question in p else "不知道", ())
+            return [GenerationResult(f"我认为是{item.options[k]}，不是{other}" if item.question in p else "不知道", (), "stop")
                     for p in prompts]
 
     sets = load_label_sets()
