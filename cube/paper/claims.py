@@ -674,6 +674,7 @@ class WhitespaceEffect:
     p_value: float
     p_holm: float
     power: float  # of the exact McNemar test at this n against the source's effect
+    precision: str = "not recorded"  # what the pair compares (cube.analysis.rescore.check_one_precision)
 
 
 def whitespace_accuracy(result: PaperResult, effects: Sequence[WhitespaceEffect], n_items: int,
@@ -734,6 +735,7 @@ class CalibrationRatio:
     hi: float
     n_bins: int
     replicates: int
+    precision: str = "not recorded"
 
 
 def whitespace_ece(result: PaperResult, ratios: Sequence[CalibrationRatio], n_items: int) -> Reproduction:
@@ -916,6 +918,7 @@ class CotComparison:
     p_value: float
     p_holm: float  # over every comparison of the page
     cot_parse_failure_rate: float
+    precision: str = "not recorded"
 
 
 def cot_vs_answer_only(comparisons: Sequence[CotComparison], threshold: float, extractor: str = "M6-strict",

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cube.analysis.credit import credit_gap, judgments_from_records
-from cube.analysis.rescore import one_per_item, select
+from cube.analysis.rescore import check_one_precision, one_per_item, select
 from cube.analysis.stats import expected_calibration_error, holm_adjust, mcnemar_exact, mcnemar_interval, mcnemar_power
 from cube.paper.claims import CalibrationRatio, CotComparison, LadderGap, WhitespaceEffect
 from cube.records.store import list_matrix
@@ -26,12 +26,14 @@ def _models(table: pa.Table) -> list[str]:
     return sorted(pc.unique(table.column("model")).to_pylist()) if table.num_rows else []
 
 
-def _aligned(a: pa.Table, b: pa.Table) -> tuple[pa.Table, pa.Table]:
+def _aligned(a: pa.Table, b: pa.Table, allow_mixed_precision: bool = False) -> tuple[pa.Table, pa.Table, str]:
     """The rows of two one-cell slices on their common items, in one uid order: ``pair``'s
-    alignment, for the columns beyond ``correct`` (probs, gold, parse failures) it does not carry.
-    Each slice must hold one record per item, as ``pair`` checks."""
+    alignment, for the columns beyond ``correct`` (probs, gold, parse failures) it does not carry,
+    and the precision they compare. Each slice must hold one record per item, and both one
+    precision unless ``allow_mixed_precision``, as ``pair`` checks."""
     one_per_item(a, "A")
     one_per_item(b, "B")
+    precision = check_one_precision(a, b, allow_mixed_precision)
     common = sorted(set(a.column("uid").to_pylist()) & set(b.column("uid").to_pylist()))
     value_set = pa.array(common)
 
@@ -39,7 +41,7 @@ def _aligned(a: pa.Table, b: pa.Table) -> tuple[pa.Table, pa.Table]:
         t = t.filter(pc.is_in(t.column("uid"), value_set=value_set))
         return t.take(pc.sort_indices(t, sort_keys=[("uid", "ascending")]))
 
-    return take(a), take(b)
+    return take(a), take(b), precision
 
 
 def reference_accuracy(table: pa.Table, protocol: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
@@ -52,22 +54,26 @@ def reference_accuracy(table: pa.Table, protocol: Mapping[str, Any]) -> dict[str
     return out
 
 
-def whitespace_effects(separate: pa.Table, merged: pa.Table, points: float, alpha: float = 0.05) -> list[WhitespaceEffect]:
+def whitespace_effects(separate: pa.Table, merged: pa.Table, points: float, alpha: float = 0.05,
+                       allow_mixed_precision: bool = False) -> list[WhitespaceEffect]:
     """Per model, merged − separate on the same items: exact McNemar, its consistent interval,
     Holm over the models, and the test's power against a gain of ``points`` accuracy points at
-    the discordance observed (at least ``points``, the least a gain that size needs)."""
+    the discordance observed (at least ``points``, the least a gain that size needs). A model
+    whose two forms were scored in two precisions is refused unless ``allow_mixed_precision``;
+    each effect says what precision it compares."""
     models = sorted(set(_models(separate)) & set(_models(merged)))
     raw = []
     for model in models:
-        a, b = _aligned(select(merged, model=model), select(separate, model=model))
+        a, b, precision = _aligned(select(merged, model=model), select(separate, model=model), allow_mixed_precision)
         ca, cb = a.column("correct").to_numpy(), b.column("correct").to_numpy()
         interval = mcnemar_interval(ca, cb)
         discordant = max((interval.b + interval.c) / interval.n, points / 100)
         power = mcnemar_power(interval.n, min(1.0, discordant), points / 100, alpha)
-        raw.append((model, interval, float(cb.mean()), float(ca.mean()), power))
+        raw.append((model, interval, float(cb.mean()), float(ca.mean()), power, precision))
     holm = holm_adjust([r[1].p_value for r in raw])
-    return [WhitespaceEffect(model, i.n, acc_sep, acc_merged, i.delta, i.lo, i.hi, i.p_value, float(ph), power)
-            for (model, i, acc_sep, acc_merged, power), ph in zip(raw, holm)]
+    return [WhitespaceEffect(model, i.n, acc_sep, acc_merged, i.delta, i.lo, i.hi, i.p_value, float(ph), power,
+                             precision)
+            for (model, i, acc_sep, acc_merged, power, precision), ph in zip(raw, holm)]
 
 
 def _option_distribution(table: pa.Table) -> np.ndarray:
@@ -77,14 +83,14 @@ def _option_distribution(table: pa.Table) -> np.ndarray:
 
 
 def calibration_ratios(separate: pa.Table, merged: pa.Table, n_bins: int = 10, B: int = 2000,
-                       seed: int = 0) -> list[CalibrationRatio]:
+                       seed: int = 0, allow_mixed_precision: bool = False) -> list[CalibrationRatio]:
     """Per model ECE(separate) / ECE(merged) on the same items, with a 95 % percentile interval
     from resampling the items (both forms on the same draw); above 1: the merged form calibrates
     better, the source's direction."""
     out = []
     rng = np.random.default_rng(seed)
     for model in sorted(set(_models(separate)) & set(_models(merged))):
-        a, b = _aligned(select(separate, model=model), select(merged, model=model))
+        a, b, precision = _aligned(select(separate, model=model), select(merged, model=model), allow_mixed_precision)
         pa_, pb = _option_distribution(a), _option_distribution(b)
         ga, gb = a.column("gold").to_numpy().astype(np.int64), b.column("gold").to_numpy().astype(np.int64)
         ece_a, ece_b = expected_calibration_error(pa_, ga, n_bins), expected_calibration_error(pb, gb, n_bins)
@@ -96,7 +102,7 @@ def calibration_ratios(separate: pa.Table, merged: pa.Table, n_bins: int = 10, B
             ratios[r] = expected_calibration_error(pa_[idx], ga[idx], n_bins) / eb if eb > 0 else np.inf
         lo, hi = np.quantile(ratios, [0.025, 0.975])
         out.append(CalibrationRatio(model, ece_a, ece_b, ece_a / ece_b if ece_b > 0 else float("inf"),
-                                    float(lo), float(hi), n_bins, B))
+                                    float(lo), float(hi), n_bins, B, precision))
     return out
 
 
@@ -114,19 +120,20 @@ def ladder_gaps(table: pa.Table, scheme: Any) -> list[LadderGap]:
 
 def cot_comparisons(table: pa.Table, extractors: Sequence[str] = ("M6-strict", "M6-lenient"),
                     answer_only_context: str = "zh_cue", cot_context: str = "cot",
-                    label_set: str = "L1_halfwidth") -> list[CotComparison]:
+                    label_set: str = "L1_halfwidth", allow_mixed_precision: bool = False) -> list[CotComparison]:
     """Chain-of-thought against answer-only generation, per model and extractor, on the same
-    items, with the exact McNemar p Holm-adjusted over every comparison returned."""
+    items, with the exact McNemar p Holm-adjusted over every comparison returned; two
+    precisions refused unless ``allow_mixed_precision`` (each comparison says which it compares)."""
     raw = []
     for extractor in extractors:
         ao = select(table, scorer=extractor, label_set=label_set, context=answer_only_context, shots=0, order="original")
         cot = select(table, scorer=extractor, label_set=label_set, context=cot_context, shots=0, order="original")
         for model in sorted(set(_models(ao)) & set(_models(cot))):
-            a, b = _aligned(select(ao, model=model), select(cot, model=model))
+            a, b, precision = _aligned(select(ao, model=model), select(cot, model=model), allow_mixed_precision)
             ca, cb = a.column("correct").to_numpy(), b.column("correct").to_numpy()
             test = mcnemar_exact(cb, ca)
             fail = float(b.column("parse_failed").to_numpy().mean())
-            raw.append((model, extractor, int(ca.size), float(ca.mean()), float(cb.mean()), test.p_value, fail))
+            raw.append((model, extractor, int(ca.size), float(ca.mean()), float(cb.mean()), test.p_value, fail, precision))
     holm = holm_adjust([r[5] for r in raw])
-    return [CotComparison(m, e, n, acc_a, acc_c, p, float(ph), fail)
-            for (m, e, n, acc_a, acc_c, p, fail), ph in zip(raw, holm)]
+    return [CotComparison(m, e, n, acc_a, acc_c, p, float(ph), fail, precision)
+            for (m, e, n, acc_a, acc_c, p, fail, precision), ph in zip(raw, holm)]
