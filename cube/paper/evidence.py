@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cube.analysis.credit import credit_gap, judgments_from_records
-from cube.analysis.rescore import check_one_precision, one_per_item, select
+from cube.analysis.rescore import check_one_precision, one_per_item, select, slice_precision
 from cube.analysis.stats import expected_calibration_error, holm_adjust, mcnemar_exact, mcnemar_interval, mcnemar_power
 from cube.paper.claims import CalibrationRatio, CotComparison, LadderGap, WhitespaceEffect
 from cube.records.store import list_matrix
@@ -26,13 +26,50 @@ def _models(table: pa.Table) -> list[str]:
     return sorted(pc.unique(table.column("model")).to_pylist()) if table.num_rows else []
 
 
-def _aligned(a: pa.Table, b: pa.Table, allow_mixed_precision: bool = False) -> tuple[pa.Table, pa.Table, str]:
+CELL = ("model", "scorer", "label_set", "context", "shots", "order")
+
+
+def _rerun_of(side: pa.Table, other: pa.Table, reruns: pa.Table | None) -> pa.Table | None:
+    """``side``'s cell re-scored in ``other``'s precision, from ``reruns`` (a store of one-precision
+    reruns, ``data/reruns``), covering every item of ``other``; None where there is none."""
+    if reruns is None or not reruns.num_rows or not side.num_rows:
+        return None
+    want = slice_precision(other)
+    if want is None or "+" in want:
+        return None
+    first = side.slice(0, 1).to_pylist()[0]
+    rows = select(reruns, **{k: first[k] for k in CELL})
+    rows = rows.filter(pc.equal(rows.column("dtype"), want)) if rows.num_rows else rows
+    if not rows.num_rows or not set(other.column("uid").to_pylist()) <= set(rows.column("uid").to_pylist()):
+        return None
+    return rows
+
+
+def _aligned(a: pa.Table, b: pa.Table, allow_mixed_precision: bool = False,
+             reruns: pa.Table | None = None) -> tuple[pa.Table, pa.Table, str]:
     """The rows of two one-cell slices on their common items, in one uid order: ``pair``'s
     alignment, for the columns beyond ``correct`` (probs, gold, parse failures) it does not carry,
     and the precision they compare. Each slice must hold one record per item, and both one
-    precision unless ``allow_mixed_precision``, as ``pair`` checks."""
+    precision unless ``allow_mixed_precision``, as ``pair`` checks. Where the two differ and
+    ``reruns`` holds one side's cell re-scored in the other's precision on the other's items, that
+    rerun takes its side's place (the issue-33 reruns: the cheaper side of each mixed pair), and
+    the precision says so."""
     one_per_item(a, "A")
     one_per_item(b, "B")
+    if slice_precision(a) != slice_precision(b):
+        rerun_a, rerun_b = _rerun_of(a, b, reruns), _rerun_of(b, a, reruns)
+        if rerun_a is not None:
+            a = rerun_a
+        elif rerun_b is not None:
+            b = rerun_b
+        if rerun_a is not None or rerun_b is not None:
+            one_per_item(a, "A")
+            one_per_item(b, "B")
+            precision = f"{check_one_precision(a, b)} (side {'A' if rerun_a is not None else 'B'} re-run)"
+            common = sorted(set(a.column("uid").to_pylist()) & set(b.column("uid").to_pylist()))
+            value_set = pa.array(common)
+            take = lambda t: t.filter(pc.is_in(t.column("uid"), value_set=value_set)).sort_by("uid")  # noqa: E731
+            return take(a), take(b), precision
     precision = check_one_precision(a, b, allow_mixed_precision)
     common = sorted(set(a.column("uid").to_pylist()) & set(b.column("uid").to_pylist()))
     value_set = pa.array(common)
@@ -55,7 +92,7 @@ def reference_accuracy(table: pa.Table, protocol: Mapping[str, Any]) -> dict[str
 
 
 def whitespace_effects(separate: pa.Table, merged: pa.Table, points: float, alpha: float = 0.05,
-                       allow_mixed_precision: bool = False) -> list[WhitespaceEffect]:
+                       allow_mixed_precision: bool = False, reruns: pa.Table | None = None) -> list[WhitespaceEffect]:
     """Per model, merged − separate on the same items: exact McNemar, its consistent interval,
     Holm over the models, and the test's power against a gain of ``points`` accuracy points at
     the discordance observed (at least ``points``, the least a gain that size needs). A model
@@ -64,7 +101,8 @@ def whitespace_effects(separate: pa.Table, merged: pa.Table, points: float, alph
     models = sorted(set(_models(separate)) & set(_models(merged)))
     raw = []
     for model in models:
-        a, b, precision = _aligned(select(merged, model=model), select(separate, model=model), allow_mixed_precision)
+        a, b, precision = _aligned(select(merged, model=model), select(separate, model=model), allow_mixed_precision,
+                                   reruns)
         ca, cb = a.column("correct").to_numpy(), b.column("correct").to_numpy()
         interval = mcnemar_interval(ca, cb)
         discordant = max((interval.b + interval.c) / interval.n, points / 100)
@@ -83,14 +121,16 @@ def _option_distribution(table: pa.Table) -> np.ndarray:
 
 
 def calibration_ratios(separate: pa.Table, merged: pa.Table, n_bins: int = 10, B: int = 2000,
-                       seed: int = 0, allow_mixed_precision: bool = False) -> list[CalibrationRatio]:
+                       seed: int = 0, allow_mixed_precision: bool = False,
+                       reruns: pa.Table | None = None) -> list[CalibrationRatio]:
     """Per model ECE(separate) / ECE(merged) on the same items, with a 95 % percentile interval
     from resampling the items (both forms on the same draw); above 1: the merged form calibrates
     better, the source's direction."""
     out = []
     rng = np.random.default_rng(seed)
     for model in sorted(set(_models(separate)) & set(_models(merged))):
-        a, b, precision = _aligned(select(separate, model=model), select(merged, model=model), allow_mixed_precision)
+        a, b, precision = _aligned(select(separate, model=model), select(merged, model=model), allow_mixed_precision,
+                                   reruns)
         pa_, pb = _option_distribution(a), _option_distribution(b)
         ga, gb = a.column("gold").to_numpy().astype(np.int64), b.column("gold").to_numpy().astype(np.int64)
         ece_a, ece_b = expected_calibration_error(pa_, ga, n_bins), expected_calibration_error(pb, gb, n_bins)
@@ -120,7 +160,8 @@ def ladder_gaps(table: pa.Table, scheme: Any) -> list[LadderGap]:
 
 def cot_comparisons(table: pa.Table, extractors: Sequence[str] = ("M6-strict", "M6-lenient"),
                     answer_only_context: str = "zh_cue", cot_context: str = "cot",
-                    label_set: str = "L1_halfwidth", allow_mixed_precision: bool = False) -> list[CotComparison]:
+                    label_set: str = "L1_halfwidth", allow_mixed_precision: bool = False,
+                    reruns: pa.Table | None = None) -> list[CotComparison]:
     """Chain-of-thought against answer-only generation, per model and extractor, on the same
     items, with the exact McNemar p Holm-adjusted over every comparison returned; two
     precisions refused unless ``allow_mixed_precision`` (each comparison says which it compares)."""
@@ -129,7 +170,7 @@ def cot_comparisons(table: pa.Table, extractors: Sequence[str] = ("M6-strict", "
         ao = select(table, scorer=extractor, label_set=label_set, context=answer_only_context, shots=0, order="original")
         cot = select(table, scorer=extractor, label_set=label_set, context=cot_context, shots=0, order="original")
         for model in sorted(set(_models(ao)) & set(_models(cot))):
-            a, b, precision = _aligned(select(ao, model=model), select(cot, model=model), allow_mixed_precision)
+            a, b, precision = _aligned(select(ao, model=model), select(cot, model=model), allow_mixed_precision, reruns)
             ca, cb = a.column("correct").to_numpy(), b.column("correct").to_numpy()
             test = mcnemar_exact(cb, ca)
             fail = float(b.column("parse_failed").to_numpy().mean())
