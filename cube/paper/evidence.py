@@ -142,7 +142,8 @@ def calibration_ratios(separate: pa.Table, merged: pa.Table, n_bins: int = 10, B
             ratios[r] = expected_calibration_error(pa_[idx], ga[idx], n_bins) / eb if eb > 0 else np.inf
         lo, hi = np.quantile(ratios, [0.025, 0.975])
         out.append(CalibrationRatio(model, ece_a, ece_b, ece_a / ece_b if ece_b > 0 else float("inf"),
-                                    float(lo), float(hi), n_bins, B, precision))
+                                    float(lo), float(hi), n_bins, B, precision,
+                                    float(b.column("correct").to_numpy().mean()), float(pb.max(axis=1).mean())))
     return out
 
 
@@ -154,7 +155,9 @@ def ladder_gaps(table: pa.Table, scheme: Any) -> list[LadderGap]:
     out = []
     for model, counts in sorted(judgments_from_records(tf).items()):
         gap = credit_gap(counts, scheme)
-        out.append(LadderGap(model, int(len(counts.correct)), float(gap.statement_accuracy), float(gap.mean_gap)))
+        scores = list_matrix(select(tf, model=model), "scores")
+        out.append(LadderGap(model, int(len(counts.correct)), float(gap.statement_accuracy), float(gap.mean_gap),
+                             float((scores > 0).mean())))
     return out
 
 
@@ -174,7 +177,8 @@ def cot_comparisons(table: pa.Table, extractors: Sequence[str] = ("M6-strict", "
             ca, cb = a.column("correct").to_numpy(), b.column("correct").to_numpy()
             test = mcnemar_exact(cb, ca)
             fail = float(b.column("parse_failed").to_numpy().mean())
-            raw.append((model, extractor, int(ca.size), float(ca.mean()), float(cb.mean()), test.p_value, fail, precision))
+            raw.append((model, extractor, int(ca.size), float(ca.mean()), float(cb.mean()), test.p_value, fail, precision,
+                        int(test.b + test.c)))
     holm = holm_adjust([r[5] for r in raw])
-    return [CotComparison(m, e, n, acc_a, acc_c, p, float(ph), fail, precision)
-            for (m, e, n, acc_a, acc_c, p, fail, precision), ph in zip(raw, holm)]
+    return [CotComparison(m, e, n, acc_a, acc_c, p, float(ph), fail, precision, d)
+            for (m, e, n, acc_a, acc_c, p, fail, precision, d), ph in zip(raw, holm)]

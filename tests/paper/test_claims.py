@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import os
 from fractions import Fraction
 from pathlib import Path
@@ -284,8 +286,14 @@ def test_the_ece_reversal_is_reported_per_model_with_its_interval():
     row = P.whitespace_ece(PAPER.result("whitespace_ece"), ratios, 600)
     assert row.holds is True and "smollm2 0.328 → 0.563 (0.58× [0.55, 0.61])" in row.value
     assert "higher for 1" in row.value and "10 equal-width bins" in row.value and "B = 2,000" in row.value
-    reversal = P.whitespace_ece_reversal(PAPER.result("whitespace_ece_reversal"), ratios, 600)
-    assert reversal.holds is True and "smollm2" in reversal.value
+    # the rise is a per-model note of the one test, beside the source's own unstarred row
+    assert "per-model note: smollm2's ECE rises under the merged form beyond its interval" in row.value
+    assert "the source's one rise (Qwen 2.5 7B 2.88 → 3.05) carries no significance star" in row.value
+    assert "whitespace_ece_reversal" not in {r.id for r in PAPER.results}
+    with_chance = [*ratios[:3], P.CalibrationRatio("smollm2", 0.328, 0.563, 0.58, 0.55, 0.61, 10, 2000,
+                                                   accuracy_merged=0.235, confidence_merged=0.80)]
+    assert ("smollm2's ECE rises under the merged form beyond its interval (accuracy 0.235, mean confidence 0.80"
+            in P.whitespace_ece(PAPER.result("whitespace_ece"), with_chance, 600).value)
     mostly_worse = [ratio("a", 0.1, 0.3, 0.2, 0.5), ratio("b", 0.1, 0.2, 0.3, 0.7), ratio("c", 0.3, 0.1, 2, 4)]
     assert P.whitespace_ece(PAPER.result("whitespace_ece"), mostly_worse, 600).holds is False
     unclear = [ratio("a", 0.1, 0.11, 0.7, 1.3), ratio("b", 0.3, 0.1, 2, 4)]
@@ -325,6 +333,12 @@ def test_accuracy_not_predicting_the_gap_has_no_power_with_four_models():
             [("a", 0.25, 0.15), ("b", 0.29, 0.157), ("c", 0.37, 0.175), ("d", 0.38, 0.173)]]
     row = P.ladder_accuracy_not_predict(gaps)
     assert row.no_power and "smallest attainable p is 0.083" in row.why
+    # with what the models judged true: a recast where they call statements true regardless cannot test it
+    judged = [replace(g, judged_true=t) for g, t in zip(gaps, (1.0, 0.74, 0.9, 0.8))]
+    row = P.ladder_accuracy_not_predict(judged)
+    assert P.verdict(PAPER.result("ladder_accuracy_not_predict"), row).startswith("not reproducible here")
+    assert "judge 74–100 % of statements true (a every one, so its gap is a constant)" in row.why
+    assert "statement accuracies of 0.25–0.38 are below a coin flip" in row.why
     assert P.ladder_gap(PAPER.result("ladder_gap"), gaps).holds is None
 
 
@@ -342,9 +356,17 @@ def cot(model, ao, c, p_holm, fail, extractor="M6-strict"):
     return P.CotComparison(model, extractor, 67, ao, c, p_holm, p_holm, fail)
 
 
-def test_cot_against_answer_only_follows_the_guides_own_parse_failure_rule():
+def test_cot_against_answer_only_is_kept_out_of_the_counts_for_power_not_for_the_parse_failure_rule():
+    from cube.analysis.stats import mcnemar_power
+
     untrusted = P.cot_vs_answer_only([cot("a", 0.3, 0.06, 0.002, 0.78)], 0.02)
-    assert untrusted.no_power and "exceeds the guide's 2%" in untrusted.why
+    assert untrusted.no_power and "2%" not in untrusted.why and "power at n = 67" in untrusted.why
+    assert "CoT parse failures 78.0% above the guide’s 2%" in untrusted.value
+    # 67 pairs, 12 discordant: the exact power against +5 and +10 points, computed here independently
+    flat = P.cot_vs_answer_only([replace(cot("q", 0.53, 0.44, 0.3, 0.1), discordant=12)], 0.02)
+    want5, want10 = mcnemar_power(67, 12 / 67, 0.05), mcnemar_power(67, 12 / 67, 0.10)
+    assert f"about {want5:.2f} to detect +5 points, {want10:.2f} to detect +10 points" in flat.why
+    assert "q points the other way" in flat.why and flat.no_power
     below = P.cot_vs_answer_only([cot("a", 0.5, 0.3, 0.001, 0.01)], 0.02)
     assert below.holds is False
     above = P.cot_vs_answer_only([cot("a", 0.4, 0.55, 0.01, 0.0), cot("b", 0.3, 0.06, 0.002, 0.78)], 0.02)
