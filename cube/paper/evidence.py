@@ -9,6 +9,7 @@ the paper page and each claim's page show the same numbers computed once, by one
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -182,3 +183,38 @@ def cot_comparisons(table: pa.Table, extractors: Sequence[str] = ("M6-strict", "
     holm = holm_adjust([r[5] for r in raw])
     return [CotComparison(m, e, n, acc_a, acc_c, p, float(ph), fail, precision, d)
             for (m, e, n, acc_a, acc_c, p, fail, precision, d), ph in zip(raw, holm)]
+
+
+@dataclass(frozen=True)
+class ShotsComparison:
+    """One model's 5-shot against its own 0-shot accuracy on the 5-shot run's items."""
+
+    model: str
+    n: int
+    acc_zero: float
+    acc_few: float
+    zero_only_right: int  # McNemar's discordant counts
+    few_only_right: int
+    p_value: float  # exact McNemar
+    precision: str
+
+
+def shots_comparisons(table: pa.Table, shots: int = 5, protocol: Mapping[str, Any] | None = None,
+                      allow_mixed_precision: bool = False, reruns: pa.Table | None = None) -> list[ShotsComparison]:
+    """Per model, ``shots``-shot against 0-shot under one label protocol (default M1-seq, ABCD,
+    the Chinese cue) on the items of the few-shot run (a subset drawn with ``--within``): what
+    the practice guide's recommendation of 5 shots is judged beside. Two precisions are refused
+    unless a one-precision rerun stands in or ``allow_mixed_precision`` (``_aligned``)."""
+    base = dict(protocol or {"scorer": "M1-seq", "label_set": "L1_halfwidth", "context": "zh_cue", "order": "original"})
+    zero, few = select(table, shots=0, **base), select(table, shots=shots, **base)
+    out = []
+    for model in sorted(set(_models(zero)) & set(_models(few))):
+        f = select(few, model=model)
+        z = select(zero, model=model)
+        z = z.filter(pc.is_in(z.column("uid"), value_set=f.column("uid").combine_chunks()))
+        a, b, precision = _aligned(z, f, allow_mixed_precision, reruns)
+        ca, cb = a.column("correct").to_numpy(), b.column("correct").to_numpy()
+        test = mcnemar_exact(ca, cb)
+        out.append(ShotsComparison(model, int(ca.size), float(ca.mean()), float(cb.mean()), int(test.b), int(test.c),
+                                   float(test.p_value), precision))
+    return out
