@@ -454,7 +454,9 @@ def degenerate_cells(paper: Paper, result: PaperResult, prediction: Mapping[str,
              f"({', '.join(missing_models)}: no offline tokenizer); the frozen audit predicts "
              f"{len(ours)} of the {len(here)} DEGEN, "
              + ("the same cells as the paper's Table 2" if ours == theirs_here else "not the cells of Table 2")
-             + f": {len(ours & theirs_here)} of its {theirs_all}")
+             + f": {len(ours & theirs_here)} of its {theirs_all}. The {len({m for m, _, _ in here + missing})}-model "
+             "roster is ours (config/models.yaml), naming checkpoints the paper does not: the test is the paper's "
+             "Table 2, per tokenizer family, times that roster")
     scale = Scale(models=len({m for m, _, _ in here}), cells=len(here))
     wrong = sorted(ours ^ theirs_here)
     return Reproduction(value, scale, ours == theirs_here,
@@ -519,6 +521,11 @@ class RecoveryCell:
     reference_acc: float  # the model's M1-seq accuracy in a defined cell (ABCD): its genuine accuracy
     p_reference: float  # that accuracy above chance, Holm-adjusted
     verdict: str  # "reproduced", "no power" or "contradicted"
+    # the same model's ABCD accuracy on the flagged cell's own items, and the exact McNemar p of
+    # M1-seq there against it (cube.paper.evidence.same_item_reference); None: not computed
+    same_items_reference: float | None = None
+    same_items_p: float | None = None
+    same_items_n: int | None = None
 
 
 def recovery_cells(effects: Sequence[Any], reference: Mapping[str, tuple[int, int]], chance: float = 0.25,
@@ -561,7 +568,21 @@ def sequence_recovers(cells: Sequence[RecoveryCell], paper: Paper, families: Map
 
     def text(cs: Sequence[RecoveryCell]) -> str:
         return "; ".join(f"{c.model} / {c.label_set}: M1-seq {c.acc_seq:.3f} (Holm p = {c.p_seq:.2g} against chance), "
-                         f"M1-strict {c.acc_strict:.3f}, {c.verdict}" for c in cs)
+                         f"M1-strict {c.acc_strict:.3f}, {c.verdict}"
+                         + (f"; its own ABCD accuracy on the same {c.same_items_n} items {c.same_items_reference:.3f} "
+                            f"(exact McNemar p = {c.same_items_p:.2g})" if c.same_items_p is not None else "")
+                         for c in cs)
+
+    def partial(cs: Sequence[RecoveryCell]) -> list[RecoveryCell]:
+        """Cells that recover accuracy but significantly less than the model's own ABCD on the same items."""
+        return [c for c in cs if c.same_items_p is not None and c.same_items_p < alpha
+                and c.acc_seq < (c.same_items_reference or 0.0)]
+
+    def partial_text(cs: Sequence[RecoveryCell], chance: float = 0.25) -> str:
+        return "; ".join(f"{c.model} / {c.label_set} recovers most of its accuracy, not all: M1-seq {c.acc_seq:.3f} "
+                         f"against its own ABCD {c.same_items_reference:.3f} on the same items (exact McNemar p = "
+                         f"{c.same_items_p:.2g}; {(c.acc_seq - chance) / ((c.same_items_reference or chance) - chance):.0%} "
+                         "of its accuracy above chance)" for c in cs)
 
     if not mine:
         return Reproduction("no flagged cell of the paper's families with paired records", Scale(), None,
@@ -580,10 +601,13 @@ def sequence_recovers(cells: Sequence[RecoveryCell], paper: Paper, families: Map
     if not up:
         return Reproduction(value, scale, None, "every flagged cell's model is at chance level where its labels do "
                             "not collide, so there is no accuracy to recover", no_power=True)
-    if weak:
-        return Reproduction(value, scale, True, f"{_plural(len(weak), 'cell')} without power (a model at chance: "
-                            + ", ".join(f"{c.model} / {c.label_set}" for c in weak) + ") not counted")
-    return Reproduction(value, scale, True)
+    short = partial(up)
+    notes = ([partial_text(short)] if short else []) + (
+        [f"{_plural(len(weak), 'cell')} without power (a model at chance: "
+         + ", ".join(f"{c.model} / {c.label_set}" for c in weak) + ") not counted"] if weak else [])
+    if short:
+        value += "; " + partial_text(short)
+    return Reproduction(value, scale, True, "; ".join(notes))
 
 
 def _groups_text(groups: Sequence[Sequence[str]]) -> str:

@@ -218,3 +218,24 @@ def shots_comparisons(table: pa.Table, shots: int = 5, protocol: Mapping[str, An
         out.append(ShotsComparison(model, int(ca.size), float(ca.mean()), float(cb.mean()), int(test.b), int(test.c),
                                    float(test.p_value), precision))
     return out
+
+
+def same_item_reference(table: pa.Table, cells: Sequence[Any], protocol: Mapping[str, Any]) -> list[Any]:
+    """Each recovery cell (``claims.RecoveryCell``) with the model's own accuracy under
+    ``protocol`` (M1-seq on ABCD: labels that do not collide) on the flagged cell's own items,
+    and the exact McNemar p of M1-seq there against it: whether sequence scoring recovers all of
+    the model's accuracy or only part (issue 33), which the accuracy over the whole sample cannot say."""
+    from dataclasses import replace
+
+    out = []
+    for cell in cells:
+        flagged = select(table, **{**protocol, "model": cell.model, "label_set": cell.label_set})
+        reference = select(table, **{**protocol, "model": cell.model})
+        if not flagged.num_rows or not reference.num_rows:
+            out.append(cell)
+            continue
+        a, b, _ = _aligned(flagged, reference)
+        ca, cb = a.column("correct").to_numpy(), b.column("correct").to_numpy()
+        out.append(replace(cell, same_items_reference=float(cb.mean()), same_items_n=int(cb.size),
+                           same_items_p=float(mcnemar_exact(ca, cb).p_value)))
+    return out
