@@ -699,6 +699,7 @@ class WhitespaceEffect:
     p_holm: float
     power: float  # of the exact McNemar test at this n against the source's effect
     precision: str = "not recorded"  # what the pair compares (cube.analysis.rescore.check_one_precision)
+    discordant: int | None = None  # items the two forms get differently (the power's discordance, unless floored)
 
 
 def whitespace_accuracy(result: PaperResult, effects: Sequence[WhitespaceEffect], n_items: int,
@@ -712,8 +713,8 @@ def whitespace_accuracy(result: PaperResult, effects: Sequence[WhitespaceEffect]
         return Reproduction("no model under both forms", Scale(), None, "no model has records under both forms")
     points = float(result.numbers["points"])
     per_model = "; ".join(f"{e.model} {100 * e.delta:+.1f} [{100 * e.lo:+.1f}, {100 * e.hi:+.1f}] "
-                          f"(Holm p = {e.p_holm:.2g}, power {e.power:.2f})" + _precision_note(e.precision)
-                          for e in effects)
+                          f"(Holm p = {e.p_holm:.2g}, power {e.power:.2f}{_floor_note(e, points)})"
+                          + _precision_note(e.precision) for e in effects)
     same_sign = sum(e.delta > 0 for e in effects)
     value = (f"merged − separate in points, with the exact McNemar interval (it excludes 0 exactly when the "
              f"unadjusted p < 0.05), Holm over {len(effects)} models, power against +{points:g} points (exact "
@@ -735,6 +736,16 @@ def whitespace_accuracy(result: PaperResult, effects: Sequence[WhitespaceEffect]
     return Reproduction(value, scale, None, f"{len(effects) - len(powered_flat) - len(up)} of {len(effects)} models have "
                         f"power below {power_needed:g} to detect {points:g} points on {n_items} items; "
                         f"{len(up)} gain significantly", no_power=True)
+
+
+def _floor_note(e: WhitespaceEffect, points: float) -> str:
+    """Where the observed discordance is below the effect's size, the power is computed at the floor
+    (a gain of ``points`` needs at least that many discordant items), which a reader must be told:
+    at the floor every discordant item must favour one form, so the power is high by construction."""
+    if e.discordant is None or e.discordant / e.n >= points / 100:
+        return ""
+    return (f", at a discordance floored at {points:g} % (observed {e.discordant} pair"
+            f"{'' if e.discordant == 1 else 's'}, {100 * e.discordant / e.n:.1f} %)")
 
 
 def whitespace_up_to(result: PaperResult, effects: Sequence[WhitespaceEffect], n_items: int) -> Reproduction:
@@ -834,8 +845,9 @@ def whitespace_rank(models: Sequence[str], accuracy_a: Sequence[float], accuracy
     top_b = sorted(range(len(models)), key=lambda i: (rb[i], models[i]))
     swapped = rb[top_a[0]] > rb[top_a[1]] and ra[top_a[0]] < ra[top_a[1]]
     moved = [models[i] for i in range(len(models)) if ra[i] != rb[i]]
-    value = (f"top two {'swap' if swapped else 'keep their order'} ({models[top_a[0]]} first under the separate "
-             f"space, {models[top_b[0]]} under the merged form); ranks with ties shared: "
+    first = (f"{models[top_a[0]]} first under both forms" if top_a[0] == top_b[0] else
+             f"{models[top_a[0]]} first under the separate space, {models[top_b[0]]} under the merged form")
+    value = (f"top two {'swap' if swapped else 'keep their order'} ({first}); ranks with ties shared: "
              f"{len(moved)} of {len(models)} models change rank"
              + (f" ({', '.join(moved)})" if moved else "")
              + f", footrule {footrule(ra, rb):.3f}" + (f" ({compared})" if compared else ""))

@@ -111,7 +111,7 @@ def whitespace_effects(separate: pa.Table, merged: pa.Table, points: float, alph
         raw.append((model, interval, float(cb.mean()), float(ca.mean()), power, precision))
     holm = holm_adjust([r[1].p_value for r in raw])
     return [WhitespaceEffect(model, i.n, acc_sep, acc_merged, i.delta, i.lo, i.hi, i.p_value, float(ph), power,
-                             precision)
+                             precision, int(i.b + i.c))
             for (model, i, acc_sep, acc_merged, power, precision), ph in zip(raw, holm)]
 
 

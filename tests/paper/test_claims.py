@@ -292,6 +292,19 @@ def test_whitespace_accuracy_separates_no_power_from_contradiction():
     assert P.whitespace_accuracy(result, [ws("a", 0.03, 0.01, 0.9), ws("b", 0.02, 0.02, 0.9)], 600).holds is True
 
 
+def test_a_power_computed_at_the_floored_discordance_says_so():
+    """SmolLM2's whitespace pair: 6 discordant items of 600 (1 %), below the 2.5 points the source
+    found, so its power is computed at a discordance floored there; the row must say it."""
+    from cube.analysis.stats import mcnemar_power
+
+    result = PAPER.result("whitespace_accuracy")
+    floored = replace(ws("smollm2", 0.0, 1, mcnemar_power(600, 0.025, 0.025)), discordant=6)
+    row = P.whitespace_accuracy(result, [floored], 600)
+    assert "power 1.00, at a discordance floored at 2.5 % (observed 6 pairs, 1.0 %)" in row.value
+    assert "at a discordance floored" not in P.whitespace_accuracy(result, [replace(floored, discordant=60)], 600).value
+    assert "(exact McNemar power at each model's n and observed discordance, floored at 2.5 points)" in row.value
+
+
 def ratio(model, a, b, lo, hi):
     return P.CalibrationRatio(model, a, b, a / b, lo, hi, 10, 2000)
 
@@ -319,6 +332,7 @@ def test_the_ece_reversal_is_reported_per_model_with_its_interval():
 def test_a_ranking_claim_about_other_models_is_not_contradicted_by_ours():
     kept = P.whitespace_rank(["a", "b", "c"], [0.5, 0.4, 0.3], [0.5, 0.3, 0.4], 600)
     assert kept.holds is None and "keep their order" in kept.value and "2 of 3 models change rank" in kept.value
+    assert "(a first under both forms)" in kept.value  # not "a first under the separate space, a under the merged"
     assert P.whitespace_rank(["a", "b"], [0.5, 0.4], [0.3, 0.4], 600).holds is True
 
 
