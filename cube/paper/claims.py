@@ -999,7 +999,8 @@ def cot_vs_answer_only(comparisons: Sequence[CotComparison], threshold: float, e
     above answer-only (Holm-adjusted over every comparison) reproduces it; significantly below
     contradicts it, among the models whose score the guide's parse-failure rule (``threshold``)
     trusts. Otherwise the row stays out of the counts for power: the exact McNemar test's power at
-    this n (the largest observed discordance, floored at the effect) against each of ``effects``.
+    this n (each model's own discordance, floored at the effect; the range over the models) against
+    each of ``effects``.
     The parse-failure rule is about trusting a score, not about what a comparison can show, so it
     is reported per model, never given as the reason (issue 33).
     """
@@ -1024,13 +1025,14 @@ def cot_vs_answer_only(comparisons: Sequence[CotComparison], threshold: float, e
         return Reproduction(value, scale, True)
     n = min(c.n for c in mine)
 
-    def power(delta: float) -> float:
-        rates = [max((c.discordant or 0) / c.n, delta) for c in mine if c.n == n]
-        return mcnemar_power(n, min(1.0, max(rates)), delta, alpha)
+    def power(delta: float) -> str:
+        """The range over the models of the power at each one's own discordance (floored at delta)."""
+        values = sorted(mcnemar_power(c.n, min(1.0, max((c.discordant or 0) / c.n, delta)), delta, alpha) for c in mine)
+        return f"{values[0]:.2f}" if f"{values[0]:.2f}" == f"{values[-1]:.2f}" else f"{values[0]:.2f}–{values[-1]:.2f}"
 
-    against = ", ".join(f"{power(d):.2f} to detect {100 * d:+.0f} points" for d in effects)
+    against = ", ".join(f"{power(d)} to detect {100 * d:+.0f} points" for d in effects)
     lower = [c.model for c in mine if c.acc_cot < c.acc_answer_only]
     return Reproduction(value, scale, None, f"no significant difference; the exact McNemar test's power at n = {n} is "
-                        f"about {against} (at the largest observed discordance)"
+                        f"{against} (per model, at its own discordance)"
                         + (f"; {', '.join(lower)} point{'s' if len(lower) == 1 else ''} the other way" if lower else ""),
                         no_power=True)

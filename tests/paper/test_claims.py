@@ -395,7 +395,11 @@ def test_cot_against_answer_only_is_kept_out_of_the_counts_for_power_not_for_the
     # 67 pairs, 12 discordant: the exact power against +5 and +10 points, computed here independently
     flat = P.cot_vs_answer_only([replace(cot("q", 0.53, 0.44, 0.3, 0.1), discordant=12)], 0.02)
     want5, want10 = mcnemar_power(67, 12 / 67, 0.05), mcnemar_power(67, 12 / 67, 0.10)
-    assert f"about {want5:.2f} to detect +5 points, {want10:.2f} to detect +10 points" in flat.why
+    assert f"power at n = 67 is {want5:.2f} to detect +5 points, {want10:.2f} to detect +10 points" in flat.why
+    two = P.cot_vs_answer_only([replace(cot("q", 0.53, 0.44, 0.3, 0.1), discordant=12),
+                                replace(cot("r", 0.3, 0.35, 0.3, 0.1), discordant=30)], 0.02)
+    low = mcnemar_power(67, 30 / 67, 0.05)
+    assert f"{low:.2f}–{want5:.2f} to detect +5 points" in two.why
     assert "q points the other way" in flat.why and flat.no_power
     below = P.cot_vs_answer_only([cot("a", 0.5, 0.3, 0.001, 0.01)], 0.02)
     assert below.holds is False
