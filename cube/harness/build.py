@@ -50,9 +50,10 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     if model is None:
         model = parse_model(config.model, config.trust_remote_code)  # a bad SPEC fails here, not at load
     check_contexts(config.contexts)
+    chat_template = chat_template_of(model, config)  # a checkpoint without one asked for `model`: one line, here
     label_sets = select_label_sets(list(config.label_sets))
-    cells = [Cell(ls, ctx, n, order) for ls in label_sets for ctx in config.contexts
-             for n in config.shots for order in config.orders]
+    cells = [Cell(ls, ctx, n, order, chat) for ls in label_sets for ctx in config.contexts
+             for n in config.shots for order in config.orders for chat in config.chat_templates]
     subjects = list(config.subjects) if config.subjects is not None else None
     root = default_benchmark_root(config.benchmark, config.data)
     items = load_items(config.benchmark, root, splits=(config.split,), subjects=subjects)
@@ -81,7 +82,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
             seed=config.seed, subjects=subjects, model_sha256=identity.digest, model_files=identity.files,
             model_source=model.described, device=config.device, dtype=precision.dtype,
             dtype_reason=precision.reason, backend=config.backend, config=config,
-            audit=tuple(audit_cells(model, label_sets, config)),
+            audit=tuple(audit_cells(model, label_sets, config, chat_template)), chat_template=chat_template,
         ),
     )
     preflight(spec)  # every prompt the run will build: shots, orders, label sets, names
@@ -89,14 +90,23 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     return spec
 
 
-def audit_cells(model, label_sets, config: RunConfig) -> list:
-    """Every (label set x answer context x shots) cell on the tokenizer the run scores with,
-    before any weights load: the same cells ``cube audit --model`` prints."""
+def chat_template_of(model, config: RunConfig):
+    """The checkpoint's own chat template where a cell asks for it (``--chat-template model``),
+    else None; a checkpoint without one is refused in one line (``ModelSpec.chat_template``)."""
+    from cube.protocol.chat import MODEL_CHAT
+
+    return model.chat_template() if MODEL_CHAT in config.chat_templates else None
+
+
+def audit_cells(model, label_sets, config: RunConfig, chat_template=None) -> list:
+    """Every (label set x answer context x shots x chat template) cell on the tokenizer the run
+    scores with, before any weights load: the same cells ``cube audit --model`` prints. In a chat
+    cell the labels are tokenized after the assistant turn's cue, where they are scored."""
     from cube.protocol.prompts import load_contexts
     from cube.tokenizers.audit import audit_run_cells
 
     return audit_run_cells(model.tokenizer(), model.name, label_sets, load_contexts(config.contexts),
-                           sorted(set(config.shots)))
+                           sorted(set(config.shots)), config.chat_templates, chat_template)
 
 
 def degenerate_warnings(spec: RunSpec) -> list[str]:
@@ -118,4 +128,4 @@ def strict_audit(spec: RunSpec, strict: bool) -> None:
                                                                 if len(warnings) > 1 else ""))
 
 
-__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "check_contexts", "degenerate_warnings", "strict_audit"]
+__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "chat_template_of", "check_contexts", "degenerate_warnings", "strict_audit"]
