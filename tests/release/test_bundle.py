@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import replace
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from cube.config import REPO_ROOT
