@@ -85,16 +85,18 @@ class RunSpec:
     def config_hash(self) -> str:
         """The run's one identity: a digest of what a resume compares (``cell_configs``).
 
-        Version 2 (``CONFIG_HASH_VERSION``, logged beside it). Version 1, in run-log lines without
+        Version 3 (``CONFIG_HASH_VERSION``, logged beside it). Version 1, in run-log lines without
         a ``config_hash_version``, digested the model, items, cells, scorers, shard size, generation
         length and templates but not the dtype, backend, device, batch size or model sha256, so a
         run under another dtype carried the same hash; no check reads either version back (the
         resume check compares the manifest's cell configurations), so old lines stay as written.
+        Version 3 leaves out the batch size, which changes a record only by floating-point noise:
+        a cell recorded with one (version 2) resumes under any (``NOT_BINDING``), no migration needed.
         """
         return _digest({"version": CONFIG_HASH_VERSION, "cells": cell_configs(self)})
 
 
-CONFIG_HASH_VERSION = 2
+CONFIG_HASH_VERSION = 3
 
 
 def _digest(value: object) -> str:
@@ -412,7 +414,7 @@ def cell_configs(spec: RunSpec) -> dict[str, dict]:
     common = {k: v for k, v in templates.items() if k not in ("contexts", "audit_item", "default_context")}
     base = {"model": spec.model, **spec.settings.recorded(),
             "items": _digest([[i.uid, i.qhash] for i in spec.items]), "n_items": len(spec.items),
-            "shard_size": spec.shard_size, "batch_size": spec.batch_size}
+            "shard_size": spec.shard_size}  # not the batch size: floating-point noise (NOT_BINDING)
     configs: dict[str, dict] = {}
     for job in plan_jobs(replace(spec, shard=(0, 1))):
         key = f"{spec.model}/{job.cell_name}"

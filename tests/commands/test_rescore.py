@@ -102,7 +102,9 @@ def test_versus_prints_the_regression_table(run, store):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--model", "nobody"], "no records match"),
+    (["--model", "nobody"], "no records match {'model': ['nobody']}: the store holds model v1, v2; choose from "
+                            "those (--model), or leave the option out for all"),
+    (["--shots", "3"], "the store holds shots 0; choose from those (--shots)"),
     (["--scorer", "M1-seq", "--versus", "model=v2"], "slice A holds 20 records for 10 items"),
     (["--model", "v1", "--scorer", "M1-seq", "--versus", "colour=red"], "expected FIELD=VALUE"),
 ])
@@ -186,3 +188,20 @@ def test_versus_refuses_two_precisions_unless_told_and_then_prints_it(run, tmp_p
     code, out, _ = run(str(tmp_path / "mixed"), "--model", "v1", "--scorer", "M1-seq", "--versus", "model=v2",
                        "--allow-mixed-precision")
     assert code == 0 and "precision: mixed: A bfloat16, B float32" in out
+
+
+def test_an_empty_store_says_to_run_into_it_first(run, tmp_path):
+    from cube.records.store import create_store
+
+    create_store(tmp_path / "empty")
+    code, out, err = run(str(tmp_path / "empty"))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "the store holds no records yet" in err and "`cube run ... --out`" in err
+
+
+def test_the_help_names_each_slice_option_in_english(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["rescore", "--help"])
+    out = capsys.readouterr().out
+    assert "shotss" not in out and "keep only these shots (comma-separated" in out
+    assert "FIELD one of model, scorer, label_set, shots, order, context" in " ".join(out.split())

@@ -446,7 +446,7 @@ def test_a_run_given_its_plan_tries_the_prompts_and_plans_the_resume_once(tmp_pa
     assert calls == {"preflight": 2, "resume_plan": 2}  # the given plan is used as it is
     assert (log["jobs_run"], log["jobs_skipped"]) == (len(plan.todo), plan.done) == (2, 2)
     logged = json.loads((tmp_path / "tiny" / "runlog.jsonl").read_text().splitlines()[-1])
-    assert logged["config_hash"] == more.config_hash() and logged["config_hash_version"] == 2
+    assert logged["config_hash"] == more.config_hash() and logged["config_hash_version"] == 3
 
 
 @pytest.mark.parametrize("max_new_tokens", [3, 40])
