@@ -259,7 +259,7 @@ def _classes(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray, discordan
 
 def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
     """The gap from slice A to slice B, decomposed; see the module docstring for the path."""
-    paired = pair(a.table, b.table)
+    paired = pair(a.table, b.table, allow_mixed_precision=True)  # explain names precision as a factor
     uid_a = a.table.column("uid").combine_chunks()
     uid_b = b.table.column("uid").combine_chunks()
     common = pa.array(paired.uid, type=pa.string())
@@ -414,6 +414,14 @@ def _weights_of(in_set: np.ndarray, subject: np.ndarray, aggregation: str) -> li
 # From slice specs to an explanation, and its JSON
 # --------------------------------------------------------------------------------------------
 
+def _records_dtype(table: pa.Table) -> str | None:
+    """The precision the records themselves carry (schema 2; a schema-1 shard's from its run log):
+    what a cell scored before manifests recorded cells is known by."""
+    from cube.analysis.rescore import slice_precision
+
+    return slice_precision(table)
+
+
 def _cell_dtype(manifest: Mapping[str, Any], cell: Mapping[str, Any]) -> str | None:
     """The precision the manifest records for this cell (``cube.analysis.noise.cell_dtypes``)."""
     from cube.analysis.noise import CELL_KEY, cell_dtypes
@@ -447,7 +455,7 @@ def explain_slices(spec_a: SliceSpec, spec_b: SliceSpec, allow_incomplete: bool 
         family = model_families(manifest).get(cell["model"])
         contexts = pc.unique(table.column("context")).to_pylist()
         sides.append(Side(spec.text, table, spec.aggregation, describe(manifest, cell, frozen, family, contexts),
-                          _cell_dtype(manifest, cell)))
+                          _cell_dtype(manifest, cell) or _records_dtype(table)))
     return explain(sides[0], sides[1], B=B, seed=seed)
 
 

@@ -46,6 +46,9 @@ def register(subparsers) -> None:
     parser.add_argument("--versus", nargs="+", metavar="FIELD=VALUE",
                         help="regression table against the slice with these fields replaced; FIELD one of "
                              f"{', '.join(dest for dest, _ in SLICE_OPTIONS)}, e.g. --versus label_set=L4_circled")
+    parser.add_argument("--allow-mixed-precision", action="store_true",
+                        help="with --versus: compare slices scored in different precisions (refused "
+                             "otherwise: bf16 against fp32 can flip the discordant items); the output says so")
     parser.add_argument("--versus-records", metavar="DIR",
                         help="take the --versus slice from another records folder")
     parser.add_argument("--calibration", action="store_true",
@@ -203,14 +206,15 @@ def run(args: argparse.Namespace) -> int:
         other = load(args.versus_records, args, allow_incomplete=True) if args.versus_records else table
         other_filters = _versus_filters(args.versus, filters)
         other_slice = select(other, **other_filters)
-        regression = regression_table(sliced, other_slice)
+        regression = regression_table(sliced, other_slice, allow_mixed_precision=args.allow_mixed_precision)
         if args.json:
             print(json.dumps({"a": filters, "b": other_filters, "warnings": incomplete,
+                              "precision": regression.precision,
                               "rows": regression.rows.to_pylist(), "overall": regression.overall,
                               "only_a": regression.only_a, "only_b": regression.only_b},
                              ensure_ascii=False, indent=1))
         else:
-            print(f"A: {filters}\nB: {other_filters}")
+            print(f"A: {filters}\nB: {other_filters}\nprecision: {regression.precision}")
             print(format_regression(regression))
         return 0
 

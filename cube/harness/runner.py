@@ -34,7 +34,7 @@ import numpy as np
 from cube import __version__
 from cube.atomic import atomic_write_text, temp_files
 from cube.errors import ConfigError
-from cube.harness.backends.base import Backend, ContinuationLogprobs, ScoreRequest
+from cube.harness.backends.base import Backend, ContinuationLogprobs, GenerationResult, ScoreRequest
 from cube.harness.run_config import RECORDED_SETTINGS, RunConfig, RunSettings  # noqa: F401
 from cube.harness.threads import thread_log
 from cube.protocol.chat import MODEL_CHAT, NO_CHAT, record_context
@@ -176,13 +176,16 @@ def plan_jobs(spec: RunSpec) -> list[Job]:
 # ---- records from backend outputs ------------------------------------------------------------
 
 def _record(model: str, item: Item, scorer: str, cell_key: tuple, gold: int, result: ScoreResult | None,
-            conts: list[ContinuationLogprobs] | None, generation: str | None = None,
-            pred: int | None = None) -> dict:
+            conts: list[ContinuationLogprobs] | None, generation: GenerationResult | None = None,
+            pred: int | None = None, *, dtype: str | None, stored: str | None = None) -> dict:
     """One record (``cube.records.schema.record_row``), with the first token and token count of
-    each continuation the scorer read."""
-    return record_row(model, item, scorer, cell_key, gold, result, pred=pred, generation=generation,
+    each continuation the scorer read, the precision the model ran in, and for a generation its
+    scrubbed text (``stored``), its length and why it ended."""
+    return record_row(model, item, scorer, cell_key, gold, result, pred=pred, generation=stored,
                       first_token_ids=[int(c.token_ids[0]) for c in conts] if conts else None,
-                      n_tokens=[len(c.token_ids) for c in conts] if conts else None)
+                      n_tokens=[len(c.token_ids) for c in conts] if conts else None, dtype=dtype,
+                      gen_tokens=generation.n_tokens if generation is not None else None,
+                      finish_reason=generation.finish_reason if generation is not None else None)
 
 
 def _as_scores(conts: list[ContinuationLogprobs], texts: tuple[str, ...],
@@ -233,7 +236,8 @@ def label_work(spec: RunSpec, job: Job) -> ScoringWork:
         for item, prompt, conts in zip(job.items, prompts, outs):
             options = _as_scores(conts, prompt.label_continuations)
             for scorer in pass_scorers("label", spec.scorers):
-                rows.append(_record(spec.model, item, scorer, key, prompt.gold, SCORERS[scorer].score(options), conts))
+                rows.append(_record(spec.model, item, scorer, key, prompt.gold, SCORERS[scorer].score(options), conts,
+                                    dtype=spec.settings.dtype))
         return rows
 
     return ScoringWork([ScoreRequest(p.context, p.label_continuations, p.tokenization) for p in prompts], records)
@@ -256,7 +260,7 @@ def cloze_work(spec: RunSpec, job: Job) -> ScoringWork:
             options = _as_scores(conts, prompt.continuations, outs[len(prompts) + n] if need_m5 else None)
             for scorer in scorers:
                 rows.append(_record(spec.model, item, scorer, job.fixed_cell(), item.answer,
-                                    SCORERS[scorer].score(options), conts))
+                                    SCORERS[scorer].score(options), conts, dtype=spec.settings.dtype))
         return rows
 
     return ScoringWork(requests, records)
@@ -283,7 +287,7 @@ def judgement_work(spec: RunSpec, job: Job) -> ScoringWork:
                 margins.append(true_word.total - false_word.total)
             for scorer in pass_scorers("tf", spec.scorers):
                 rows.append(_record(spec.model, item, scorer, job.fixed_cell(), item.answer,
-                                    SCORERS[scorer].score(margins), None))
+                                    SCORERS[scorer].score(margins), None, dtype=spec.settings.dtype))
         return rows
 
     return ScoringWork([ScoreRequest(j.context, (j.true_word, j.false_word)) for g in groups for j in g], records)
@@ -340,7 +344,8 @@ def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> 
         for scorer in pass_scorers(job.kind, spec.scorers):
             entry = SCORERS[scorer]
             for name, pred in zip(entry.records, entry.score(text, labels, shown, answer_word)):
-                rows.append(_record(spec.model, item, name, key, prompt.gold, None, None, stored, pred))
+                rows.append(_record(spec.model, item, name, key, prompt.gold, None, None, gen, pred,
+                                    dtype=spec.settings.dtype, stored=stored))
     return rows
 
 
