@@ -278,13 +278,13 @@ def test_a_missing_vllm_is_one_line_saying_how_to_get_it(tmp_path, monkeypatch, 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed in this environment")
     import cube.harness.precision
-    import cube.protocol.items
+    import cube.protocol.benchmarks
 
     def refuse(*args, **kwargs):
         raise AssertionError("items or the dtype probe came before the backend check")
 
     _no_model_loads(monkeypatch)
-    monkeypatch.setattr(cube.protocol.items, "load_items", refuse)
+    monkeypatch.setattr(cube.protocol.benchmarks, "resolve", refuse)  # the registry reads the items
     monkeypatch.setattr(cube.harness.precision, "matmul_speedup", refuse)
     assert main(["run", "--model", "smollm2-135m-instruct", "--sample", "1", "--backend", "vllm",
                  "--out", str(tmp_path / "out")]) == 2
