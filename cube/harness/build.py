@@ -39,7 +39,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     error). Nothing here loads weights; a demo or GGUF model may be converted once, an hf: one
     downloaded once.
     """
-    from cube.harness.model_spec import check_fits, parameter_count, parse_model
+    from cube.harness.model_spec import check_fits, parameter_count
     from cube.harness.precision import check_device, choose_dtype
     from cube.protocol.items import default_benchmark_root, load_items, stratified_sample
     from cube.protocol.label_sets import select_label_sets
@@ -48,7 +48,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
 
     check_device(config.device)  # before items and the model load (torch's own errors are tracebacks)
     if model is None:
-        model = parse_model(config.model, config.trust_remote_code)  # a bad SPEC fails here, not at load
+        model = model_of(config)  # a bad SPEC fails here, not at load
     check_contexts(config.contexts)
     label_sets = select_label_sets(list(config.label_sets))
     cells = [Cell(ls, ctx, n, order) for ls in label_sets for ctx in config.contexts
@@ -81,7 +81,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
             seed=config.seed, subjects=subjects, model_sha256=identity.digest, model_files=identity.files,
             model_source=model.described, device=config.device, dtype=precision.dtype,
             dtype_reason=precision.reason, backend=config.backend, config=config,
-            audit=tuple(audit_cells(model, label_sets, config)),
+            audit=tuple(audit_cells(model, label_sets, config)), **served_settings(model),
         ),
     )
     preflight(spec)  # every prompt the run will build: shots, orders, label sets, names
@@ -89,14 +89,50 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     return spec
 
 
+def model_of(config: RunConfig):
+    """The model ``config`` scores: a parsed ``--model SPEC``, or under ``--backend openai`` the
+    model behind ``--base-url`` (``cube.harness.backends.served.ServedModel``), whose id the
+    server's model list is checked for now."""
+    from cube.harness.model_spec import parse_model
+
+    if config.backend != "openai":
+        return parse_model(config.model, config.trust_remote_code)
+    from cube.harness.backends.served import API_KEY_ENV, DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT_S, ServerSettings, \
+        served_model
+
+    settings = ServerSettings(
+        base_url=config.base_url, model=config.model, revision=config.revision,
+        api_key_env=config.api_key_env or API_KEY_ENV, concurrency=config.concurrency or DEFAULT_CONCURRENCY,
+        timeout_s=config.request_timeout or DEFAULT_TIMEOUT_S)
+    return served_model(settings, config.tokenizer)
+
+
+def served_settings(model) -> dict:
+    """``RunSettings``' server fields of a served model; none for a model loaded here."""
+    if getattr(model, "kind", None) != "server":
+        return {}
+    return {"server_url": model.settings.base_url, "served_model_id": model.settings.model,
+            "served_revision": model.settings.revision,
+            "audit_checked_against": model.local.described if model.local is not None else None}
+
+
 def audit_cells(model, label_sets, config: RunConfig) -> list:
     """Every (label set x answer context x shots) cell on the tokenizer the run scores with,
-    before any weights load: the same cells ``cube audit --model`` prints."""
+    before any weights load: the same cells ``cube audit --model`` prints.
+
+    A served model's cells are audited on the tokens the server reads them as; where cube also
+    has its tokenizer, the same cells on that tokenizer must agree (``compare_audits``)."""
     from cube.protocol.prompts import load_contexts
     from cube.tokenizers.audit import audit_run_cells
 
-    return audit_run_cells(model.tokenizer(), model.name, label_sets, load_contexts(config.contexts),
-                           sorted(set(config.shots)))
+    contexts, shots = load_contexts(config.contexts), sorted(set(config.shots))
+    cells = audit_run_cells(model.tokenizer(), model.name, label_sets, contexts, shots)
+    if getattr(model, "kind", None) == "server" and model.local is not None:
+        from cube.harness.backends.served import compare_audits
+
+        local = audit_run_cells(model.local.tokenizer(), model.name, label_sets, contexts, shots)
+        compare_audits(cells, local, model.name, ids_comparable=bool(model.backend.table.server_ids))
+    return cells
 
 
 def degenerate_warnings(spec: RunSpec) -> list[str]:
@@ -118,4 +154,5 @@ def strict_audit(spec: RunSpec, strict: bool) -> None:
                                                                 if len(warnings) > 1 else ""))
 
 
-__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "check_contexts", "degenerate_warnings", "strict_audit"]
+__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "check_contexts", "degenerate_warnings", "model_of",
+           "served_settings", "strict_audit"]
