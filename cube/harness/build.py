@@ -130,8 +130,13 @@ def audit_cells(model, label_sets, config: RunConfig) -> list:
     if getattr(model, "kind", None) == "server" and model.local is not None:
         from cube.harness.backends.served import compare_audits
 
-        local = audit_run_cells(model.local.tokenizer(), model.name, label_sets, contexts, shots)
-        compare_audits(cells, local, model.name, ids_comparable=bool(model.backend.table.server_ids))
+        local_tokenizer = model.local.tokenizer()
+        local = audit_run_cells(local_tokenizer, model.name, label_sets, contexts, shots)
+        ids_comparable = bool(model.backend.table.server_ids)
+        compare_audits(cells, local, model.name, ids_comparable=ids_comparable)
+        if ids_comparable:  # the same ids: the local vocabulary names them (bytes, not offsets)
+            model.tokenizer().local = local_tokenizer
+            cells = audit_run_cells(model.tokenizer(), model.name, label_sets, contexts, shots)
     return cells
 
 

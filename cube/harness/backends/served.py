@@ -301,8 +301,14 @@ class ServerTokenizer:
     tokenizes a label apart from its prompt (``tokenization: separate``) is refused by name.
     """
 
-    def __init__(self, backend: ServedBackend):
+    def __init__(self, backend: ServedBackend, local=None):
         self.backend = backend
+        self.local = local  # cube's copy of the tokenizer, once the audits agree: it names the tokens
+
+    @property
+    def decoder(self):
+        """The local tokenizer's decoder, so the audit shows each token's bytes (``token_bytes``)."""
+        return getattr(self.local, "decoder", None) if self.local is not None else None
 
     def encode(self, sequence: str, add_special_tokens: bool = True) -> ServerEncoding:
         if not add_special_tokens:
@@ -312,7 +318,11 @@ class ServerTokenizer:
         return ServerEncoding(list(self.backend.echo([sequence])[0].ids))
 
     def id_to_token(self, token_id: int) -> str | None:
-        return self.backend.token_text.get(token_id)
+        """The vocabulary's string (the local tokenizer's), else the text the server showed for
+        it, else ``token_id:N``: a token is never missing from the audit's table."""
+        if self.local is not None:
+            return self.local.id_to_token(token_id)
+        return self.backend.token_text.get(token_id) or f"token_id:{token_id}"
 
 
 # ---- the backend -----------------------------------------------------------------------------------
@@ -396,15 +406,20 @@ class ServedBackend(Backend):
         return echoes
 
     def _note_token_text(self, echo: Echo) -> None:
-        """Each id's text, from its offsets in the echoed prompt (the strings where they are text)."""
+        """Each id's text where the answer shows it: the server's string, else the id's span of
+        the echoed prompt (``text_offset``) where no other token shares that span (a byte of a
+        character split over tokens has no text of its own, and is left unknown)."""
+        starts = list(echo.offsets)
         for k, token_id in enumerate(echo.ids):
             if token_id in self.token_text:
                 continue
             if not TOKEN_ID.fullmatch(echo.tokens[k]):
                 self.token_text[token_id] = echo.tokens[k]
-            elif len(echo.offsets) == len(echo.ids):
-                end = echo.offsets[k + 1] if k + 1 < len(echo.ids) else len(echo.text)
-                self.token_text[token_id] = echo.text[echo.offsets[k]:end]
+            elif len(starts) == len(echo.ids):
+                end = starts[k + 1] if k + 1 < len(starts) else len(echo.text)
+                shared = (k > 0 and starts[k - 1] == starts[k]) or end <= starts[k]
+                if not shared:
+                    self.token_text[token_id] = echo.text[starts[k]:end]
 
     def echo(self, prompts: list[str]) -> list[Echo]:
         """Each prompt as the server scored it; each distinct text is sent once per backend,

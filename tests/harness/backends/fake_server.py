@@ -39,6 +39,7 @@ class FakeState:
     completions: int = 0  # completions requests seen
     failed: int = 0
     prompt_tokens: int = 0
+    authorizations: set = field(default_factory=set)  # the Authorization headers seen
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -103,6 +104,7 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(length))
         state = self.state
         with state.lock:
+            state.authorizations.add(self.headers.get("Authorization"))
             state.completions += 1
             seen = state.completions
             network = state.fault in ("http500", "flaky", "hang", "drop") and seen > state.fail_after \
@@ -146,10 +148,10 @@ class Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def serve(state: FakeState) -> Iterator[str]:
-    """The server on a free loopback port for the block; yields its base URL (``.../v1``)."""
+def serve(state: FakeState, port: int = 0) -> Iterator[str]:
+    """The server on a free loopback port (or ``port``) for the block; yields its base URL."""
     handler = type("FakeHandler", (Handler,), {"state": state})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
