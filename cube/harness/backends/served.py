@@ -410,6 +410,8 @@ class ServedBackend(Backend):
         the echoed prompt (``text_offset``) where no other token shares that span (a byte of a
         character split over tokens has no text of its own, and is left unknown)."""
         starts = list(echo.offsets)
+        if any(b < a for a, b in zip(starts, starts[1:])) or any(o > len(echo.text) for o in starts):
+            starts = []  # offsets of the strings it returned (vLLM's token_id:N), not of the text
         for k, token_id in enumerate(echo.ids):
             if token_id in self.token_text:
                 continue
