@@ -27,8 +27,7 @@ from cube.errors import ConfigError
 # ``device``, which name this machine (``device`` is still logged, in the cell configurations).
 COMMAND_FIELDS = ("model", "benchmark", "split", "sample", "within", "seed", "subjects", "label_sets", "scorers",
                   "shots", "contexts", "orders", "backend", "dtype", "batch_size", "shard_size", "shard",
-                  "max_new_tokens", "out", "base_url", "revision", "tokenizer", "api_key_env", "concurrency",
-                  "request_timeout")
+                  "max_new_tokens", "out")
 LIST_FIELDS = ("subjects", "label_sets", "scorers", "shots", "contexts", "orders")
 POSITIVE_FIELDS = ("sample", "within", "max_new_tokens", "batch_size", "shard_size", "concurrency")
 # The options of a model behind a server (``--backend openai``, cube.harness.backends.served); the
@@ -168,7 +167,7 @@ class RunConfig:
     def command_line(self) -> str:
         """The run as one explicit command (every option spelled out), for the run log and provenance."""
         parts = ["cube", "run"]
-        for name in COMMAND_FIELDS:
+        for name in COMMAND_FIELDS + SERVER_FIELDS:  # a server's options only where given (None otherwise)
             value = getattr(self, name)
             if value is not None:
                 parts += [flag(name), _as_text(name, value)]
