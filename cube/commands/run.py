@@ -166,7 +166,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {log['records_written']} records in {log['jobs_run']} shards, {log['wall_s']} s", file=sys.stderr)
     served = getattr(backend, "served", None)
     if served is not None:
+        from collections import Counter
+
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(Counter(map(str, backend.finish_reasons)).items()))
         print(f"server: {served.requests} requests, {served.prompts} prompts, {served.prompt_tokens} prompt tokens "
-              f"read, {backend.client.retried} retries", file=sys.stderr)
+              f"read, {backend.client.retried} retries" + (f"; generations' finish reasons: {reasons}" if reasons else ""),
+              file=sys.stderr)
     print_scores(config.out, spec)
     return 0
