@@ -175,6 +175,9 @@ def main() -> int:
                           "cache", file=sys.stderr)
         finally:
             stop_server(proc)
+        shown = (scratch / "cube-0.log").read_text(errors="replace").replace("\r", "\n").splitlines()
+        print("cube's own output (first pair):", *[f"  {line}" for line in shown if line and "item/s" not in line
+                                                    and "it/s" not in line], sep="\n", file=sys.stderr)
         med = {}
         for tool in ("cube", "lm-eval"):
             mine = [r for r in rows if r[0] == tool]
