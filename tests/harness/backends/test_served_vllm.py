@@ -34,8 +34,9 @@ CLOZE_TOLERANCE = 5e-3  # an option's text: tens of tokens summed
 REPLACEMENT = "\ufffd"
 NEAR_TIE = 1e-2  # an argmax over a gap this small may flip between two correct fp32 engines
 
-pytestmark = pytest.mark.skipif(not VLLM_PYTHON.exists(),
-                                reason=f"vLLM not installed ({VLLM_PYTHON} missing): build it with `make vllm-env`")
+pytestmark = [pytest.mark.registry,  # the demo model comes from PyPI
+              pytest.mark.skipif(not VLLM_PYTHON.exists(),
+                                 reason=f"vLLM not installed ({VLLM_PYTHON} missing): build it with `make vllm-env`")]
 
 
 def free_port() -> int:
