@@ -41,7 +41,9 @@ VLLM_PYTHON = Path(os.environ.get("CUBE_VLLM_PYTHON", REPO / ".venv-vllm" / "bin
 MODEL = "smollm2-135m-instruct"
 CONCURRENCY = 4
 BATCH = 16
-METRICS = ("vllm:prompt_tokens_total", "vllm:request_success_total", "vllm:prefix_cache_hits_total")
+# prompt tokens read; HTTP requests to /v1/completions (vLLM's request_success counts each prompt of
+# a list as a request of its own); prompt tokens its prefix cache served
+METRICS = ("vllm:prompt_tokens_total", "http_requests_total", "vllm:prefix_cache_hits_total")
 
 
 def vs_lm_eval():
@@ -101,8 +103,13 @@ def server_counters(url: str) -> dict[str, float]:
     totals = dict.fromkeys(METRICS, 0.0)
     for line in text.splitlines():
         match = re.match(r"^([a-z_:]+)(\{[^}]*\})?\s+([0-9.eE+-]+)$", line)
-        if match and match[1] in totals:
-            totals[match[1]] += float(match[3])
+        if not match:
+            continue
+        name = match[1] if match[1].endswith("_total") else match[1] + "_total"
+        if name == "http_requests_total" and "/v1/completions" not in (match[2] or ""):
+            continue
+        if name in totals:
+            totals[name] += float(match[3])
     return totals
 
 
@@ -160,11 +167,10 @@ def main() -> int:
                                    "--concurrency", str(CONCURRENCY)]
                     else:
                         model_args = (f"model={MODEL},base_url={url}/completions,tokenizer_backend=huggingface,"
-                                      f"tokenizer={folder},num_concurrent={CONCURRENCY},batch_size={BATCH},"
-                                      "max_retries=3")
+                                      f"tokenizer={folder},num_concurrent={CONCURRENCY},max_retries=3")
                         command = [str(python), "-m", "lm_eval", "--model", "local-completions", "--model_args",
                                    model_args, "--tasks", ",".join(tasks), "--include_path", str(tasks_dir),
-                                   "--output_path", str(out)]
+                                   "--batch_size", str(BATCH), "--output_path", str(out)]
                     before = server_counters(url)
                     wall = timed(command, env, scratch / f"{tool}-{pair}.log")
                     after = server_counters(url)
