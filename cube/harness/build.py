@@ -126,6 +126,18 @@ def audit_cells(model, label_sets, config: RunConfig) -> list:
     from cube.tokenizers.audit import audit_run_cells
 
     contexts, shots = load_contexts(config.contexts), sorted(set(config.shots))
+    if getattr(model, "kind", None) == "server":  # every text the audit reads, in a few requests
+        from cube.protocol.prompts import load_templates
+        from cube.tokenizers.audit import audit_prompt
+
+        templates, texts = load_templates(), []
+        for label_set in label_sets:
+            for context in contexts:
+                for k in shots:
+                    prompt = audit_prompt(label_set, context, templates, k)
+                    texts += [prompt] + [prompt + context.label_prefix + label for label in label_set.labels]
+        if all(context.tokenization == "in_context" for context in contexts):
+            model.backend.echo(texts)
     cells = audit_run_cells(model.tokenizer(), model.name, label_sets, contexts, shots)
     if getattr(model, "kind", None) == "server" and model.local is not None:
         from cube.harness.backends.served import compare_audits
