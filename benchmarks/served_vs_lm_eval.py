@@ -138,7 +138,8 @@ def main() -> int:
 
     folder = parse_model(MODEL).folder()
     scratch = Path(tempfile.mkdtemp(prefix="cube-served-bench-"))
-    env = {**os.environ, **bench.OFFLINE, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, **bench.OFFLINE,
+           "PYTHONPATH": os.pathsep.join([str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     try:
         argv = bench.cube_argv(MODEL, args.items, args.seed, args.mode, scratch / "probe", args.data)
         spec = bench.cube_spec(argv)
