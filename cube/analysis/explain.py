@@ -47,7 +47,10 @@ from cube.errors import ConfigError
 from cube.records.store import list_matrix
 
 STAGES = ("sample", "aggregation", "outcomes")
-PROTOCOL_FACTORS = ("model", "prompt_bytes", "label_tokenization", "scorer_normalisation", "precision")
+PROTOCOL_FACTORS = ("model", "prompt_bytes", "chat_template", "label_tokenization", "scorer_normalisation",
+                    "precision")
+# Dimensions an import may not record: unknown on a side does not keep a named difference from its items.
+OPTIONAL_FACTORS = ("precision", "chat_template")
 FACTORS = ("sample", "aggregation", "parse_failure", "tie_break", "precision_noise", *PROTOCOL_FACTORS,
            "remainder")
 NOT_IDENTIFIABLE = "not identifiable from these records"
@@ -157,6 +160,10 @@ def compare_protocols(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) 
         text = "differs"
     out["prompt_bytes"] = {"status": text, "a": f"{ca['shots']}-shot, order {ca['order']}, {pa_.harness}",
                            "b": f"{cb['shots']}-shot, order {cb['order']}, {pb.harness}"}
+    # The chat template (issue 37 §3): the same plain prompt shown as a chat or not. prompt_bytes
+    # compares the plain prompts, so a chat-or-not gap is this factor's alone.
+    out["chat_template"] = {"status": _status(pa_.chat_template, pb.chat_template),
+                            "a": pa_.chat_template, "b": pb.chat_template}
     # The text written as the label decides first; then the label tokens the records hold (a
     # declared tokenization that yields the same tokens changes nothing); then the declared one.
     tokens_a, tokens_b = _label_tokens(a.table, rows_a), _label_tokens(b.table, rows_b)
@@ -227,7 +234,7 @@ def _classes(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray, discordan
     cause[discordant & ~failed & ~tie & noise] = "precision_noise"
     rest = discordant & ~failed & ~tie & ~noise
     differing = [d for d in PROTOCOL_FACTORS if protocol[d]["status"] == "differs"]
-    unknown = [d for d in PROTOCOL_FACTORS if protocol[d]["status"] == "unknown" and d != "precision"]
+    unknown = [d for d in PROTOCOL_FACTORS if protocol[d]["status"] == "unknown" and d not in OPTIONAL_FACTORS]
     notes: dict[str, str] = {}
     if len(differing) == 1 and not unknown:
         cause[rest] = differing[0]
@@ -320,7 +327,7 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
                 detail += f"; the label tokens in the records: {protocol[name]['records']}"
             if status == "no difference" and protocol[name].get("by_audit"):
                 status = "same decisions, by its store's audit"
-            elif name == "precision" and protocol[name]["status"] == "unknown":
+            elif name in OPTIONAL_FACTORS and protocol[name]["status"] == "unknown":
                 detail = f"A {protocol[name]['a'] or 'not recorded'}; B {protocol[name]['b'] or 'not recorded'}"
             elif status == "no difference" and protocol[name]["status"] != "same":
                 status = (NOT_IDENTIFIABLE if notes.get(name) == NOT_IDENTIFIABLE
@@ -373,8 +380,9 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
 
 
 def _max_score_difference(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) -> float | None:
+    protocol = compare_protocols(a, b, rows_a, rows_b) if len(rows_a) else {}
     if cell_of(a.table)["scorer"] != cell_of(b.table)["scorer"] or len(rows_a) == 0 \
-            or compare_protocols(a, b, rows_a, rows_b)["prompt_bytes"]["status"] != "same":
+            or protocol["prompt_bytes"]["status"] != "same" or protocol["chat_template"]["status"] == "differs":
         return None
     scores_a = list_matrix(a.table.take(pa.array(rows_a)), "scores")
     scores_b = list_matrix(b.table.take(pa.array(rows_b)), "scores")

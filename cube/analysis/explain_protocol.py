@@ -52,6 +52,9 @@ class Protocol:
     normalisation: str
     audit_verdict: str | None  # the tokenizer audit's verdict of this cell (DEGEN, max1tok, ...)
     decides_as: str | None = None  # another scorer whose decisions this one's equal on these items
+    # "none" (the plain prompt) or "model (template sha256 ...)": the chat-template axis
+    # (cube.protocol.chat); None where the store does not say (an import)
+    chat_template: str | None = None
 
     def full_text(self) -> str | None:
         """What the model reads, label included: equal full texts with a different split differ
@@ -68,11 +71,14 @@ def _cube_prompt(cell: Mapping[str, Any]) -> tuple[str | None, str | None, str |
     from cube.protocol.prompts import answer_context, load_templates, option_permutation
     from cube.records.lm_eval_import import OPTION_FIELDS
 
+    from cube.protocol.chat import split_context
+
+    context = split_context(cell["context"])[0]  # the plain prompt; the chat form is its own dimension
     try:
         templates = load_templates()
         label_set = load_label_sets()[cell["label_set"]]
-        cue, prefix = answer_context(templates, cell["context"])
-        mode = str(templates["contexts"][cell["context"]].get("tokenization", "in_context"))
+        cue, prefix = answer_context(templates, context)
+        mode = str(templates["contexts"][context].get("tokenization", "in_context"))
         shown = option_permutation(cell["order"], len(label_set.labels))
     except (CubeError, KeyError):
         return None, None, None
@@ -178,7 +184,20 @@ def describe(manifest: Mapping[str, Any], cell: Mapping[str, Any],
         return Protocol(str(harness), None, None, None, normalisation, None)
     prompt, prefix, tokenization = _cube_prompt(cell)
     return Protocol("cube", prompt, prefix, tokenization, normalisation,
-                    _frozen_verdict(frozen_audit, family, cell))
+                    _frozen_verdict(frozen_audit, family, cell), chat_template=_chat_template(manifest, cell))
+
+
+def _chat_template(manifest: Mapping[str, Any], cell: Mapping[str, Any]) -> str:
+    """A cube cell's chat form: ``none``, or ``model`` with the digest of the template its store
+    recorded (``cube.harness.runner.cell_configs``)."""
+    from cube.protocol.chat import MODEL_CHAT, split_context
+
+    chat = split_context(str(cell["context"]))[1]
+    if chat != MODEL_CHAT:
+        return chat
+    digests = sorted({str(c.get("chat_template_sha256")) for k, c in (manifest.get("cells") or {}).items()
+                      if k.startswith(f"{cell['model']}/") and c.get("chat_template") == MODEL_CHAT})
+    return f"{MODEL_CHAT} (template sha256 {digests[0][:12]}...)" if len(digests) == 1 else MODEL_CHAT
 
 
 def prompt_diff(a: Protocol, b: Protocol) -> list[str]:

@@ -32,6 +32,9 @@ def register(subparsers) -> None:
                         "first part too) or hf:ORG/NAME@<40-hex commit>")
     p.add_argument("--shots", type=comma_list("--shots", int), default=[0],
                    help="with --model: the shot counts to audit, comma-separated (default 0), as `cube run --shots`")
+    p.add_argument("--chat-template", dest="chat_templates", type=comma_list("--chat-template"), default=["none"],
+                   help="with --model: none (the plain prompt, default) and/or model (the checkpoint's own chat "
+                        "template: the labels after the assistant turn's cue), as `cube run --chat-template`")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="with --model hf:ORG/NAME@<commit>: let its tokenizer run the repository's code")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -118,7 +121,8 @@ def _audit_families(offline_sources: dict[str, dict], label_sets, contexts) -> l
 def audit_model(args: argparse.Namespace) -> int:
     """``cube audit --model SPEC``: every (label set x context x shots) cell on the checkpoint's own
     tokenizer, printed exactly as ``cube run`` prints it before the weights load."""
-    from cube.harness.model_spec import model_tokenizer_spec
+    from cube.harness.model_spec import model_tokenizer_spec, parse_model
+    from cube.protocol.chat import MODEL_CHAT, check_chat_templates
     from cube.protocol.label_sets import select_label_sets
     from cube.protocol.prompts import load_contexts
     from cube.tokenizers.audit import audit_run_cells, format_run_audit
@@ -127,10 +131,17 @@ def audit_model(args: argparse.Namespace) -> int:
                                       ("--freeze", args.freeze), ("--check", args.check)) if value]
     if clash:
         raise ConfigError(f"--model audits one checkpoint; {clash[0]} is for the family audit (drop one of them)")
+    check_chat_templates(tuple(args.chat_templates))
     label_sets = select_label_sets(args.label_sets, args.label_set)
     contexts = load_contexts(args.contexts)
-    name, tokenizer = model_tokenizer_spec(args.model, args.trust_remote_code)
-    cells = audit_run_cells(tokenizer, name, label_sets, contexts, sorted(set(args.shots)))
+    chat_template = None
+    if MODEL_CHAT in args.chat_templates:  # the template `cube run --chat-template model` renders with
+        model = parse_model(args.model, args.trust_remote_code)
+        name, tokenizer, chat_template = model.name, model.tokenizer(), model.chat_template()
+    else:
+        name, tokenizer = model_tokenizer_spec(args.model, args.trust_remote_code)
+    cells = audit_run_cells(tokenizer, name, label_sets, contexts, sorted(set(args.shots)),
+                            tuple(args.chat_templates), chat_template)
     if args.json:
         print(json.dumps({"model": name, "spec": args.model, "cells": [c.to_log() for c in cells]},
                          ensure_ascii=False, indent=1))
@@ -144,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.model:
         return audit_model(args)
+    if args.chat_templates != ["none"]:
+        raise ConfigError("--chat-template applies to a checkpoint's own template: give it with --model SPEC")
     from cube.protocol.prompts import load_contexts
     from cube.tokenizers.audit import cells_to_json, diff_predictions, format_table, prediction_document, read_prediction
 

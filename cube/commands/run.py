@@ -46,6 +46,10 @@ def register(subparsers) -> None:
                    default=",".join(D("contexts")), help="answer contexts")
     p.add_argument("--orders", type=comma_list("--orders"), default=",".join(D("orders")),
                    help="original,shift1,...")
+    p.add_argument("--chat-template", dest="chat_templates", type=comma_list("--chat-template"),
+                   default=",".join(D("chat_templates")),
+                   help="none (the plain prompt, default) and/or model: the prompt as the user turn of the "
+                        "checkpoint's own chat template, the answer cue opening the assistant turn (a cell axis)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--backend", default=D("backend"), choices=list(BACKENDS))
     p.add_argument("--dtype", default=D("dtype"), choices=["auto", "bfloat16", "float32"],

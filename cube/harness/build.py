@@ -50,9 +50,10 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     if model is None:
         model = model_of(config)  # a bad SPEC fails here, not at load
     check_contexts(config.contexts)
+    chat_template = chat_template_of(model, config)  # a checkpoint without one asked for `model`: one line, here
     label_sets = select_label_sets(list(config.label_sets))
-    cells = [Cell(ls, ctx, n, order) for ls in label_sets for ctx in config.contexts
-             for n in config.shots for order in config.orders]
+    cells = [Cell(ls, ctx, n, order, chat) for ls in label_sets for ctx in config.contexts
+             for n in config.shots for order in config.orders for chat in config.chat_templates]
     subjects = list(config.subjects) if config.subjects is not None else None
     root = default_benchmark_root(config.benchmark, config.data)
     items = load_items(config.benchmark, root, splits=(config.split,), subjects=subjects)
@@ -81,7 +82,8 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
             seed=config.seed, subjects=subjects, model_sha256=identity.digest, model_files=identity.files,
             model_source=model.described, device=config.device, dtype=precision.dtype,
             dtype_reason=precision.reason, backend=config.backend, config=config,
-            audit=tuple(audit_cells(model, label_sets, config)), **served_settings(model),
+            audit=tuple(audit_cells(model, label_sets, config, chat_template)), chat_template=chat_template,
+            **served_settings(model),
         ),
     )
     preflight(spec)  # every prompt the run will build: shots, orders, label sets, names
@@ -116,9 +118,18 @@ def served_settings(model) -> dict:
             "audit_checked_against": model.local.described if model.local is not None else None}
 
 
-def audit_cells(model, label_sets, config: RunConfig) -> list:
-    """Every (label set x answer context x shots) cell on the tokenizer the run scores with,
-    before any weights load: the same cells ``cube audit --model`` prints.
+def chat_template_of(model, config: RunConfig):
+    """The checkpoint's own chat template where a cell asks for it (``--chat-template model``),
+    else None; a checkpoint without one is refused in one line (``ModelSpec.chat_template``)."""
+    from cube.protocol.chat import MODEL_CHAT
+
+    return model.chat_template() if MODEL_CHAT in config.chat_templates else None
+
+
+def audit_cells(model, label_sets, config: RunConfig, chat_template=None) -> list:
+    """Every (label set x answer context x shots x chat template) cell on the tokenizer the run
+    scores with, before any weights load: the same cells ``cube audit --model`` prints. In a chat
+    cell the labels are tokenized after the assistant turn's cue, where they are scored.
 
     A served model's cells are audited on the tokens the server reads them as; where cube also
     has its tokenizer, the same cells on that tokenizer must agree (``compare_audits``)."""
@@ -126,29 +137,33 @@ def audit_cells(model, label_sets, config: RunConfig) -> list:
     from cube.tokenizers.audit import audit_run_cells
 
     contexts, shots = load_contexts(config.contexts), sorted(set(config.shots))
-    if getattr(model, "kind", None) == "server":  # every text the audit reads, in a few requests
+    served = getattr(model, "kind", None) == "server"
+    if served and all(context.tokenization == "in_context" for context in contexts):
         from cube.protocol.prompts import load_templates
         from cube.tokenizers.audit import audit_prompt
 
-        templates, texts = load_templates(), []
+        templates, texts = load_templates(), []  # every plain cell's texts, in a few requests
         for label_set in label_sets:
             for context in contexts:
                 for k in shots:
                     prompt = audit_prompt(label_set, context, templates, k)
                     texts += [prompt] + [prompt + context.label_prefix + label for label in label_set.labels]
-        if all(context.tokenization == "in_context" for context in contexts):
-            model.backend.echo(texts)
-    cells = audit_run_cells(model.tokenizer(), model.name, label_sets, contexts, shots)
-    if getattr(model, "kind", None) == "server" and model.local is not None:
+        model.backend.echo(texts)
+
+    def audit(tokenizer) -> list:
+        return audit_run_cells(tokenizer, model.name, label_sets, contexts, shots, config.chat_templates,
+                               chat_template)
+
+    cells = audit(model.tokenizer())
+    if served and model.local is not None:
         from cube.harness.backends.served import compare_audits
 
         local_tokenizer = model.local.tokenizer()
-        local = audit_run_cells(local_tokenizer, model.name, label_sets, contexts, shots)
         ids_comparable = bool(model.backend.table.server_ids)
-        compare_audits(cells, local, model.name, ids_comparable=ids_comparable)
+        compare_audits(cells, audit(local_tokenizer), model.name, ids_comparable=ids_comparable)
         if ids_comparable:  # the same ids: the local vocabulary names them (bytes, not offsets)
             model.tokenizer().local = local_tokenizer
-            cells = audit_run_cells(model.tokenizer(), model.name, label_sets, contexts, shots)
+            cells = audit(model.tokenizer())
     return cells
 
 
@@ -171,5 +186,5 @@ def strict_audit(spec: RunSpec, strict: bool) -> None:
                                                                 if len(warnings) > 1 else ""))
 
 
-__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "check_contexts", "degenerate_warnings", "model_of",
-           "served_settings", "strict_audit"]
+__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "chat_template_of", "check_contexts", "degenerate_warnings",
+           "model_of", "served_settings", "strict_audit"]

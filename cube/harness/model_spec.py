@@ -95,6 +95,13 @@ class ModelSpec:
             self._cache["identity"] = self.source.identity(self)
         return self._cache["identity"]
 
+    def chat_template(self):
+        """The checkpoint's own chat template (``cube.protocol.chat.ChatTemplate``), read from its
+        files (no weights, no conversion); a checkpoint without one is one line."""
+        if "chat_template" not in self._cache:
+            self._cache["chat_template"] = read_chat_template(self)
+        return self._cache["chat_template"]
+
     @property
     def described(self) -> str:
         """``folder /path/to/model`` etc.: the run log's ``model_source``."""
@@ -277,6 +284,35 @@ def _hub_folder(spec: ModelSpec) -> Path:
     folder = Path(path)
     check_folder(folder, spec.trust_remote_code)
     return folder
+
+
+# ---- the chat template -----------------------------------------------------------------------------
+
+def read_chat_template(spec: ModelSpec):
+    """``spec``'s chat template: a folder's (or hub snapshot's) tokenizer files, a GGUF's header,
+    a demo model's pinned GGUF header; a checkpoint without one is refused in one line, before
+    anything loads (``--chat-template model`` asks for it)."""
+    from cube.tokenizers.chat_template import folder_chat_template, gguf_chat_template
+
+    if spec.kind == "demo":
+        from cube.harness.models import _first_part_metadata, model_source
+
+        found = gguf_chat_template(_first_part_metadata(model_source(spec.name)), f"demo model {spec.name}",
+                                   spec.tokenizer())
+        where = f"demo model {spec.name} (its GGUF header has no tokenizer.chat_template)"
+    elif spec.kind == "gguf":
+        from cube.tokenizers.gguf import read_gguf_metadata
+
+        found = gguf_chat_template(read_gguf_metadata(spec.path), spec.path.name, spec.tokenizer())
+        where = f"{spec.path} (its GGUF header has no tokenizer.chat_template)"
+    else:
+        folder = spec.folder()
+        found = folder_chat_template(folder, spec.tokenizer())
+        where = f"{folder} (no chat_template.jinja, and no chat_template in tokenizer_config.json)"
+    if found is None:
+        raise ConfigError(f"--chat-template model: model {spec.name} has no chat template: {where}; "
+                          "run it with --chat-template none")
+    return found
 
 
 # ---- the registry -----------------------------------------------------------------------------------

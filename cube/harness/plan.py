@@ -203,18 +203,19 @@ def _units(spec) -> list:
         return tuple(s for s in spec.scorers if SCORERS[s].pass_kind and PASSES[SCORERS[s].pass_kind].cells == cells_kind)
 
     each, per_label_set, once = scorers_of("each"), scorers_of("label_set_shots"), scorers_of("none")
-    # The runner writes a label-set-and-shots pass under the last cell of that label set and shots.
-    chosen = {(c.label_set.name, c.shots): c for c in spec.cells}
+    # The runner writes a label-set-and-shots pass under the last cell of that label set, shots and chat form.
+    chosen = {(c.label_set.name, c.shots, c.chat): c for c in spec.cells}
     groups: dict[tuple, list] = {}
     for cell in spec.cells:
-        groups.setdefault((cell.context, cell.shots, cell.order), []).append(cell)
+        groups.setdefault((cell.context, cell.shots, cell.order, cell.chat), []).append(cell)
     units = []
     for cells in groups.values():
-        scorers = each + (per_label_set if any(chosen.get((c.label_set.name, c.shots)) == c for c in cells) else ())
+        scorers = each + (per_label_set if any(chosen.get((c.label_set.name, c.shots, c.chat)) == c for c in cells) else ())
         if scorers:
             units.append(replace(spec, cells=tuple(cells), scorers=scorers))
-    if once:
-        units.append(replace(spec, cells=spec.cells[:1], scorers=once))
+    if once:  # once per item in each chat form of the cells (cube.protocol.chat)
+        firsts = {c.chat: c for c in reversed(spec.cells)}
+        units += [replace(spec, cells=(firsts[chat],), scorers=once) for chat in dict.fromkeys(c.chat for c in spec.cells)]
     return units
 
 
@@ -225,6 +226,7 @@ def _unit_args(config: RunConfig, unit, shard: tuple[int, int], out: str) -> tup
                   contexts=tuple(dict.fromkeys(c.context for c in cells)),
                   shots=tuple(dict.fromkeys(c.shots for c in cells)),
                   orders=tuple(dict.fromkeys(c.order for c in cells)),
+                  chat_templates=tuple(dict.fromkeys(c.chat for c in cells)),
                   scorers=tuple(unit.scorers), shard=shard, out=Path(out))
     args = shlex.split(job.command_line())[2:]
     if config.data is not None:

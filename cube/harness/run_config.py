@@ -26,9 +26,12 @@ from cube.errors import ConfigError
 # The options a logged command spells out, in the order it spells them: all but ``data`` and
 # ``device``, which name this machine (``device`` is still logged, in the cell configurations).
 COMMAND_FIELDS = ("model", "benchmark", "split", "sample", "within", "seed", "subjects", "label_sets", "scorers",
-                  "shots", "contexts", "orders", "backend", "dtype", "batch_size", "shard_size", "shard",
+                  "shots", "contexts", "orders", "chat_templates", "backend", "dtype", "batch_size", "shard_size", "shard",
                   "max_new_tokens", "out")
-LIST_FIELDS = ("subjects", "label_sets", "scorers", "shots", "contexts", "orders")
+LIST_FIELDS = ("subjects", "label_sets", "scorers", "shots", "contexts", "orders", "chat_templates")
+# Spelt out in a logged command only where they are not the default, so that a run without them
+# logs the command it logged before they existed.
+COMMAND_IF_SET = ("chat_templates",)
 POSITIVE_FIELDS = ("sample", "within", "max_new_tokens", "batch_size", "shard_size", "concurrency")
 # The options of a model behind a server (``--backend openai``, cube.harness.backends.served); the
 # API key is read from the environment variable ``api_key_env`` names, never given as an option.
@@ -36,8 +39,9 @@ SERVER_FIELDS = ("base_url", "revision", "tokenizer", "api_key_env", "concurrenc
 
 
 def flag(name: str) -> str:
-    """The command-line option of a field (``contexts`` is spelt ``--cues``)."""
-    return "--cues" if name == "contexts" else "--" + name.replace("_", "-")
+    """The command-line option of a field (``contexts`` is spelt ``--cues``, ``chat_templates``
+    ``--chat-template``)."""
+    return {"contexts": "--cues", "chat_templates": "--chat-template"}.get(name) or "--" + name.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class RunConfig:
     shots: tuple[int, ...] = (0,)
     contexts: tuple[str, ...] = ("zh_cue",)
     orders: tuple[str, ...] = ("original",)
+    chat_templates: tuple[str, ...] = ("none",)  # cube.protocol.chat: none (plain text) and/or model
     backend: str = "hf"
     dtype: str = "auto"
     batch_size: int = 16
@@ -90,6 +95,9 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{flag(name)} {value} must be at least 1")
+        from cube.protocol.chat import check_chat_templates
+
+        check_chat_templates(self.chat_templates)
         known = run_scorers()
         unknown = [s for s in self.scorers if s not in known]
         if unknown:
@@ -169,6 +177,8 @@ class RunConfig:
         parts = ["cube", "run"]
         for name in COMMAND_FIELDS + SERVER_FIELDS:  # a server's options only where given (None otherwise)
             value = getattr(self, name)
+            if name in COMMAND_IF_SET and value == self.default(name):
+                continue
             if value is not None:
                 parts += [flag(name), _as_text(name, value)]
         return shlex.join(parts)
@@ -200,6 +210,7 @@ class RunSettings:
     model_sha256: str | None = None  # the model's identity (cube.harness.model_spec.ModelIdentity.digest)
     model_files: tuple[tuple[str, str], ...] | None = None  # each file the load reads -> sha256 (None: demo)
     model_source: str | None = None  # "folder /path", "hub hf:ORG/NAME@REV", "gguf f.gguf", "demo NAME"
+    chat_template: Any = None  # cube.protocol.chat.ChatTemplate, read where a cell asks for it (chat cells record it)
     device: str | None = None
     dtype: str | None = None
     dtype_reason: str | None = None
@@ -245,6 +256,8 @@ class RunSettings:
                       config=self.config.to_log() if self.config is not None else None)
         if self.audit:
             logged["audit"] = [cell.to_log() for cell in self.audit]
+        if self.chat_template is not None:
+            logged["chat_template"] = self.chat_template.to_log()
         for name in ("server_url", "served_model_id", "served_revision", "audit_checked_against"):
             if getattr(self, name) is not None:  # a model loaded here logs what it logged before
                 logged[name] = getattr(self, name)
@@ -256,7 +269,7 @@ class RunSettings:
         ``model_files``, ``model_source`` or ``audit`` (before issue 37) reads them as None/empty,
         and a line without ``config`` gets the one its command says (``RunConfig.from_log``). The
         audit stays in its logged (JSON) form."""
-        names = {f.name for f in fields(cls)} - {"config", "audit"}
+        names = {f.name for f in fields(cls)} - {"config", "audit", "chat_template"}
         values = {n: entry.get(n) for n in names}
         if isinstance(values["model_files"], Mapping):
             values["model_files"] = tuple(sorted(values["model_files"].items()))
@@ -300,6 +313,6 @@ def _from_text(name: str, text: str) -> Any:
     return text
 
 
-__all__ = ["COMMAND_FIELDS", "LIST_FIELDS", "POSITIVE_FIELDS", "RECORDED_SETTINGS", "SERVER_FIELDS", "RunConfig",
-           "RunSettings", "flag",
+__all__ = ["COMMAND_FIELDS", "COMMAND_IF_SET", "LIST_FIELDS", "POSITIVE_FIELDS", "RECORDED_SETTINGS", "SERVER_FIELDS",
+           "RunConfig", "RunSettings", "flag",
            "parse_shard"]

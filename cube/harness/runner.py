@@ -37,6 +37,7 @@ from cube.errors import ConfigError
 from cube.harness.backends.base import Backend, ContinuationLogprobs, ScoreRequest
 from cube.harness.run_config import RECORDED_SETTINGS, RunConfig, RunSettings  # noqa: F401
 from cube.harness.threads import thread_log
+from cube.protocol.chat import MODEL_CHAT, NO_CHAT, record_context
 from cube.protocol.scorers import PASSES, SCORERS, ContinuationScores, ScoreResult, pass_scorers
 from cube.protocol.items import Item
 from cube.protocol.prompts import Cell, cloze_prompt, judgement_prompts, load_templates, render_prompt
@@ -115,14 +116,27 @@ class Job:
     cell: Cell | None
     chunk: int
     items: tuple[Item, ...]
+    chat: str = NO_CHAT  # a pass run once per item (cell None): shown plain or in the model's chat template
+
+    @property
+    def chat_form(self) -> str:
+        """'none' or 'model': the cell's chat template, or the once-per-item pass's own."""
+        return self.cell.chat if self.cell is not None else self.chat
 
     @property
     def cell_name(self) -> str:
         """The shards of one cell share this prefix; the store records its configuration under it.
 
-        A pass run once per item, whatever the cells, is named by its fixed cell's context."""
-        cell = self.cell.key.replace("|", "__") if self.cell else PASSES[self.kind].fixed_cell[1]
+        A pass run once per item, whatever the cells, is named by its fixed cell's context (marked
+        ``@chat`` where it is shown in the chat template)."""
+        cell = (self.cell.key.replace("|", "__") if self.cell
+                else record_context(PASSES[self.kind].fixed_cell[1], self.chat))
         return f"{self.kind}--{cell}"
+
+    def fixed_cell(self) -> tuple[str, str, int, str]:
+        """The cell a once-per-item pass's records carry: its pass's, the context marked in chat."""
+        label_set, context, shots, order = PASSES[self.kind].fixed_cell
+        return label_set, record_context(context, self.chat), shots, order
 
     @property
     def filename(self) -> str:
@@ -136,11 +150,12 @@ def plan_jobs(spec: RunSpec) -> list[Job]:
     passes = [p for p in PASSES.values() if pass_scorers(p.kind, spec.scorers)]  # the passes asked for
     for cell in spec.cells:  # the per-cell passes cell by cell, then the others, in PASSES order
         jobs += [Job(p.kind, cell, i, c) for p in passes if p.cells == "each" for i, c in mine]
+    chats = list(dict.fromkeys(c.chat for c in spec.cells)) or [NO_CHAT]  # once-per-item passes: once per form
     for p in passes:
         if p.cells == "none":
-            jobs += [Job(p.kind, None, i, c) for i, c in mine]
+            jobs += [Job(p.kind, None, i, c, chat) for chat in chats for i, c in mine]
         elif p.cells == "label_set_shots":
-            cells = {(c.label_set.name, c.shots): c for c in spec.cells}
+            cells = {(c.label_set.name, c.shots, c.chat): c for c in spec.cells}
             jobs += [Job(p.kind, cell, i, c) for cell in cells.values() for i, c in mine]
     return jobs
 
@@ -184,9 +199,20 @@ class ScoringWork:
     records: Callable[[list[list[ContinuationLogprobs]]], list[dict]]
 
 
+def chat_template(spec: RunSpec, chat: str):
+    """The model's chat template where ``chat`` is 'model' (None for a plain prompt); a spec
+    without one is refused (``cube.harness.build`` reads it before any model loads)."""
+    if chat == NO_CHAT:
+        return None
+    if spec.settings.chat_template is None:
+        raise ConfigError(f"a chat cell of {spec.model} needs the model's chat template (RunSettings.chat_template)")
+    return spec.settings.chat_template
+
+
 def label_work(spec: RunSpec, job: Job) -> ScoringWork:
-    prompts = [render_prompt(it, job.cell, list(spec.dev_items)) for it in job.items]
-    key = (job.cell.label_set.name, job.cell.context, job.cell.shots, job.cell.order)
+    template = chat_template(spec, job.chat_form)
+    prompts = [render_prompt(it, job.cell, list(spec.dev_items), chat_template=template) for it in job.items]
+    key = (job.cell.label_set.name, job.cell.record_context, job.cell.shots, job.cell.order)
 
     def records(outs: list[list[ContinuationLogprobs]]) -> list[dict]:
         rows = []
@@ -200,7 +226,7 @@ def label_work(spec: RunSpec, job: Job) -> ScoringWork:
 
 
 def cloze_work(spec: RunSpec, job: Job) -> ScoringWork:
-    prompts = [cloze_prompt(it) for it in job.items]
+    prompts = [cloze_prompt(it, chat_template=chat_template(spec, job.chat_form)) for it in job.items]
     requests = [ScoreRequest(p.context, p.continuations) for p in prompts]
     scorers = pass_scorers("cloze", spec.scorers)
     need_m5 = any(SCORERS[s].needs_unconditional for s in scorers)  # M5 (PMI): the options after the cue alone
@@ -213,7 +239,7 @@ def cloze_work(spec: RunSpec, job: Job) -> ScoringWork:
             conts = outs[n]
             options = _as_scores(conts, prompt.continuations, outs[len(prompts) + n] if need_m5 else None)
             for scorer in scorers:
-                rows.append(_record(spec.model, item, scorer, PASSES["cloze"].fixed_cell, item.answer,
+                rows.append(_record(spec.model, item, scorer, job.fixed_cell(), item.answer,
                                     SCORERS[scorer].score(options), conts))
         return rows
 
@@ -228,7 +254,7 @@ def judgement_work(spec: RunSpec, job: Job) -> ScoringWork:
     schemes score (``cube.analysis.credit.judgments_from_records``). ``pred`` is the statement judged most
     true, an MCQ answer read off the same pass.
     """
-    groups = [judgement_prompts(it) for it in job.items]
+    groups = [judgement_prompts(it, chat_template=chat_template(spec, job.chat_form)) for it in job.items]
 
     def records(outs_list: list[list[ContinuationLogprobs]]) -> list[dict]:
         outs = iter(outs_list)
@@ -239,7 +265,7 @@ def judgement_work(spec: RunSpec, job: Job) -> ScoringWork:
                 true_word, false_word = next(outs)
                 margins.append(true_word.total - false_word.total)
             for scorer in pass_scorers("tf", spec.scorers):
-                rows.append(_record(spec.model, item, scorer, PASSES["tf"].fixed_cell, item.answer,
+                rows.append(_record(spec.model, item, scorer, job.fixed_cell(), item.answer,
                                     SCORERS[scorer].score(margins), None))
         return rows
 
@@ -263,14 +289,17 @@ def run_scoring_jobs(backend: Backend, spec: RunSpec, jobs: list[Job]) -> list[l
 
 
 def _generation_prompt(item: Item, cell: Cell, spec: RunSpec, cot: bool) -> tuple[str, str]:
-    """(prompt, text the extractors see before the generation)."""
-    prompt = render_prompt(item, cell, list(spec.dev_items))
+    """(prompt, text the extractors see before the generation). In a chat cell the answer-only
+    prompt's cue opens the assistant turn; chain of thought's instruction ends the user turn and
+    the assistant turn starts empty."""
+    template = chat_template(spec, cell.chat)
     templates = load_templates()
     cue = templates["contexts"][cell.context]["cue"]
     if not cot:  # answer-only continues the cue: the extractors read cue + generation
-        return prompt.context, cue
-    body = prompt.context[: len(prompt.context) - len(cue)]
-    return body + templates["generation"]["cot_instruction"], ""
+        return render_prompt(item, cell, list(spec.dev_items), chat_template=template).context, cue
+    prompt = render_prompt(item, replace(cell, chat=NO_CHAT), list(spec.dev_items))
+    body = prompt.context[: len(prompt.context) - len(cue)] + templates["generation"]["cot_instruction"]
+    return (template.wrap(body, "") if template is not None else body), ""
 
 
 def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> list[dict]:
@@ -279,10 +308,11 @@ def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> 
     built = [_generation_prompt(it, job.cell, spec, cot) for it in job.items]
     gens = backend.generate([p for p, _ in built], max_new, batch_size=spec.batch_size)
     labels = job.cell.label_set.labels
-    key = (job.cell.label_set.name, PASSES[job.kind].context or job.cell.context, job.cell.shots, job.cell.order)
+    key = (job.cell.label_set.name, record_context(PASSES[job.kind].context or job.cell.context, job.cell.chat),
+           job.cell.shots, job.cell.order)
     rows = []
     for item, (_, seen), gen in zip(job.items, built, gens):
-        prompt = render_prompt(item, job.cell, list(spec.dev_items))
+        prompt = render_prompt(item, replace(job.cell, chat=NO_CHAT), list(spec.dev_items))  # its options' order
         shown = [item.options[i] for i in prompt.permutation]
         text = seen + gen.text
         # The extractors read the raw text; the record keeps it scrubbed of the item's own text
@@ -334,7 +364,7 @@ def preflight(spec: RunSpec) -> None:
         if job.cell_name in seen:
             continue
         seen.add(job.cell_name)
-        probe = Job(job.kind, job.cell, 0, sample)
+        probe = replace(job, chunk=0, items=sample)
         try:
             if job.kind in SCORING_WORK:
                 SCORING_WORK[job.kind](spec, probe)
@@ -384,6 +414,11 @@ def cell_configs(spec: RunSpec) -> dict[str, dict]:
         if key in configs:
             continue
         config = dict(base, kind=job.kind, scorers=[s for s in KIND_SCORERS[job.kind] if s in spec.scorers])
+        if job.chat_form == MODEL_CHAT:  # a plain cell records what it recorded before the axis existed
+            template = chat_template(spec, MODEL_CHAT)
+            # the template by its digest (where it was read is the run log's: a copied folder is the same model)
+            config.update(chat_template=MODEL_CHAT, chat_template_sha256=template.sha256,
+                          chat_template_bos_added=template.bos_added)
         if job.cell is not None:
             cell = job.cell
             config.update(label_set=cell.label_set.name, labels=_digest(list(cell.label_set.labels)),

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from cube.config import config_dir, load_config
 from cube.errors import ConfigError, ItemsError
+from cube.protocol.chat import CHAT_TEMPLATES, NO_CHAT, ChatTemplate, record_context
 from cube.protocol.items import Item
 from cube.protocol.label_sets import LabelSet
 from cube.protocol.tokenization import continuation_tokenizer
@@ -30,17 +31,25 @@ class Cell:
     context: str  # a key of templates.yaml `contexts`, e.g. 'zh_cue'
     shots: int  # number of dev items shown before the question (0 or 5 in the study)
     order: str = ORIGINAL_ORDER  # 'original' or 'shiftK': cyclic shift so the gold label moves
+    chat: str = NO_CHAT  # 'none' (plain text) or 'model': the checkpoint's chat template (cube.protocol.chat)
 
     def __post_init__(self) -> None:
         if not isinstance(self.shots, int) or self.shots < 0:
             raise ConfigError(f"cell shots must be a non-negative integer, got {self.shots!r}")
         if self.order != ORIGINAL_ORDER and not _SHIFT.fullmatch(self.order):
             raise ConfigError(f"cell order {self.order!r} is not 'original' or 'shiftK' (K >= 1)")
+        if self.chat not in CHAT_TEMPLATES:
+            raise ConfigError(f"cell chat template {self.chat!r} is not one of {', '.join(CHAT_TEMPLATES)}")
+
+    @property
+    def record_context(self) -> str:
+        """The answer context its records carry: ``zh_cue``, or ``zh_cue@chat`` in a chat cell."""
+        return record_context(self.context, self.chat)
 
     @property
     def key(self) -> str:
         """A stable name for records and file names."""
-        return f"{self.label_set.name}|{self.context}|{self.shots}shot|{self.order}"
+        return f"{self.label_set.name}|{self.record_context}|{self.shots}shot|{self.order}"
 
 
 @dataclass(frozen=True)
@@ -196,19 +205,34 @@ def _question_block(
 
 
 def render_prompt(
-    item: Item, cell: Cell, dev_items: list[Item] | None = None, templates: dict | None = None
+    item: Item, cell: Cell, dev_items: list[Item] | None = None, templates: dict | None = None,
+    chat_template: ChatTemplate | None = None,
 ) -> Prompt:
     """The multiple-choice prompt of one item in one cell: header, shots, question, options, cue.
 
     Shots keep their original option order (the order axis moves the scored item's gold label
-    only) and end with their answer written as the scored continuation would be.
+    only) and end with their answer written as the scored continuation would be. In a chat cell
+    (``cell.chat == 'model'``) all of it but the cue is the user turn of ``chat_template``, and the
+    cue starts the assistant turn (``cube.protocol.chat``).
     """
     templates = templates if templates is not None else load_templates()
-    return prompt_in_context(item, cell, load_contexts([cell.context], templates)[0], dev_items, templates)
+    return prompt_in_context(item, cell, load_contexts([cell.context], templates)[0], dev_items, templates,
+                             chat_template)
+
+
+def in_chat(text: str, cue: str, cell: Cell, chat_template: ChatTemplate | None) -> str:
+    """``text`` (ending in ``cue``) as the cell shows it: unchanged in a plain cell; in a chat cell
+    the text before the cue as the user turn, the cue opening the assistant turn."""
+    if cell.chat == NO_CHAT:
+        return text
+    if chat_template is None:
+        raise ConfigError(f"cell {cell.key} needs the model's chat template, and none was given")
+    return chat_template.wrap(text[: len(text) - len(cue)], cue)
 
 
 def prompt_in_context(
-    item: Item, cell: Cell, context: Context, dev_items: list[Item] | None = None, templates: dict | None = None
+    item: Item, cell: Cell, context: Context, dev_items: list[Item] | None = None, templates: dict | None = None,
+    chat_template: ChatTemplate | None = None,
 ) -> Prompt:
     """``render_prompt`` with its answer context given whole, not named: the one prompt builder,
     also for the audit's own item and for an imported harness's cue, which templates.yaml lacks."""
@@ -228,7 +252,7 @@ def prompt_in_context(
     ]
     blocks.append(_question_block(templates, item, labels, permutation, cue))
     separator = str(_field(templates, "shot_separator")) if len(blocks) > 1 else ""  # zero-shot needs none
-    text = _header(templates, item) + separator.join(blocks)
+    text = in_chat(_header(templates, item) + separator.join(blocks), cue, cell, chat_template)
     gold = permutation.index(item.answer) if item.answer is not None else None
     return Prompt(
         context=text,
@@ -240,20 +264,26 @@ def prompt_in_context(
 
 
 def cloze_prompt(
-    item: Item, cell: Cell | None = None, templates: dict | None = None
+    item: Item, cell: Cell | None = None, templates: dict | None = None, chat_template: ChatTemplate | None = None
 ) -> ClozePrompt:
     """The cloze prompt (M2-M5): the question then the cue; each option's text is a continuation.
 
     Cloze never shows labels or the option list, so the label set, answer context and order of
     ``cell`` cannot change it; ``cell`` is accepted so callers can treat every cell alike.
-    Continuations stay in the original order: the gold index is ``item.answer``.
+    Continuations stay in the original order: the gold index is ``item.answer``. With a
+    ``chat_template``, the question is the user turn and the cue opens the assistant turn; the
+    unconditional context (M5) is the cue after an empty user turn.
     """
     templates = templates if templates is not None else load_templates()
     question = str(_field(templates, "question")).format(question=item.question)
+    cue = str(_field(templates, "cloze", "cue"))
+    unconditional = str(_field(templates, "cloze", "unconditional_context"))
+    if chat_template is not None:
+        return ClozePrompt(chat_template.wrap(question, cue), tuple(item.options), chat_template.wrap("", unconditional))
     return ClozePrompt(
-        context=question + str(_field(templates, "cloze", "cue")),
+        context=question + cue,
         continuations=tuple(item.options),
-        unconditional_context=str(_field(templates, "cloze", "unconditional_context")),
+        unconditional_context=unconditional,
     )
 
 
@@ -267,16 +297,22 @@ def _judgement_word(templates: dict, which: str) -> str:
     raise ConfigError(f"config/templates.yaml has no 'judgement.words.{which}'")
 
 
-def judgement_prompts(item: Item, templates: dict | None = None) -> list[JudgementPrompt]:
-    """The item recast as one true/false statement per option (for partial-credit analyses)."""
+def judgement_prompts(item: Item, templates: dict | None = None,
+                      chat_template: ChatTemplate | None = None) -> list[JudgementPrompt]:
+    """The item recast as one true/false statement per option (for partial-credit analyses);
+    with a ``chat_template``, each statement is the user turn and the cue opens the reply."""
     templates = templates if templates is not None else load_templates()
     statement = str(_field(templates, "judgement", "statement"))
     cue = str(_field(templates, "judgement", "cue"))
     true_word = _judgement_word(templates, "true")
     false_word = _judgement_word(templates, "false")
+
+    def shown(text: str) -> str:
+        return chat_template.wrap(text, cue) if chat_template is not None else text + cue
+
     return [
         JudgementPrompt(
-            context=statement.format(question=item.question, option=text) + cue,
+            context=shown(statement.format(question=item.question, option=text)),
             true_word=true_word,
             false_word=false_word,
             is_true=None if item.answer is None else index == item.answer,

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from cube.errors import RecordsError
 from cube.files import read_json_lines
+from cube.protocol.chat import NO_CHAT, record_context, split_context
 from cube.protocol.scorers import PASSES, SCORERS
 from cube.records.schema import RUNLOG_NAME
 
@@ -104,7 +105,7 @@ def logged_protocols(entries: Iterable[Mapping[str, Any]]) -> set[tuple[str, str
     A run's scorers map to record protocols as the scorer table (``cube.protocol.scorers``) says
     the runner writes them: each scorer's record names (M6 and M6-cot as their two extractors),
     under its pass's fixed cell (cloze, TF), else in each logged cell, under the pass's own
-    context where it has one (M6-cot: ``cot``).
+    context where it has one (M6-cot: ``cot``); in a chat cell's form, marked ``@chat``.
     """
     out: set[tuple[str, str, str, str, int, str]] = set()
     for e in entries:
@@ -113,11 +114,13 @@ def logged_protocols(entries: Iterable[Mapping[str, Any]]) -> set[tuple[str, str
             entry = SCORERS.get(scorer)
             step = PASSES.get(entry.pass_kind) if entry is not None else None
             names = entry.records if entry is not None else (scorer,)
-            if step is not None and step.fixed_cell is not None:
-                out |= {(model, name, *step.fixed_cell) for name in names}
+            if step is not None and step.fixed_cell is not None:  # once per item, per chat form of the cells
+                ls, ctx, shots, order = step.fixed_cell
+                chats = {split_context(c[1])[1] for c in cells} or {NO_CHAT}
+                out |= {(model, name, ls, record_context(ctx, chat), shots, order) for name in names for chat in chats}
             else:
                 context = step.context if step is not None else None
-                out |= {(model, name, ls, context or ctx, shots, order)
+                out |= {(model, name, ls, record_context(context, split_context(ctx)[1]) if context else ctx, shots, order)
                         for name in names for ls, ctx, shots, order in cells}
     return out
 

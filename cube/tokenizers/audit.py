@@ -19,6 +19,7 @@ from pathlib import Path
 from cube import __version__
 from cube.errors import ConfigError, PredictionMismatch
 from cube.files import read_json
+from cube.protocol.chat import MODEL_CHAT, NO_CHAT, ChatTemplate, record_context
 from cube.protocol.items import Item
 from cube.protocol.label_sets import LabelSet
 from cube.protocol.prompts import Cell, Context, load_templates, prompt_in_context
@@ -134,16 +135,19 @@ def audit_item(n_labels: int, templates: dict) -> Item:
                 tuple(options[i % len(options)] for i in range(n_labels)), None, subject_zh=item["subject"])
 
 
-def audit_prompt(label_set: LabelSet, context: Context, templates: dict | None = None, shots: int = 0) -> str:
+def audit_prompt(label_set: LabelSet, context: Context, templates: dict | None = None, shots: int = 0,
+                 chat_template: ChatTemplate | None = None) -> str:
     """A realistic prompt ending in the cue: the harness's own builder around the audit's item.
 
     With ``shots``, the audit's item is shown solved that many times before it (answers in turn),
     as a k-shot prompt shows dev items: the labels' tokens are read after the same text a k-shot
-    cell scores them after, never after benchmark text."""
+    cell scores them after, never after benchmark text. With ``chat_template``, the prompt of a
+    chat cell: the cue at the start of the assistant turn, where the run scores the labels."""
     templates = templates or load_templates()
     item = audit_item(len(label_set.labels), templates)
     solved = [replace(item, split="dev", row=k + 1, answer=k % len(label_set.labels)) for k in range(shots)]
-    return prompt_in_context(item, Cell(label_set, context.name, shots), context, solved, templates).context
+    cell = Cell(label_set, context.name, shots, chat=MODEL_CHAT if chat_template is not None else NO_CHAT)
+    return prompt_in_context(item, cell, context, solved, templates, chat_template).context
 
 
 def first_token_collisions(first_ids: list[int], labels: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
@@ -155,8 +159,9 @@ def first_token_collisions(first_ids: list[int], labels: tuple[str, ...]) -> tup
 
 
 def audit_cell(tokenizer: Encoder, family: str, label_set: LabelSet, context: Context,
-               templates: dict | None = None, shots: int = 0) -> CellAudit:
-    prompt = audit_prompt(label_set, context, templates, shots)
+               templates: dict | None = None, shots: int = 0, chat_template: ChatTemplate | None = None) -> CellAudit:
+    """One cell's verdict; with ``chat_template``, the chat cell's (its context named ``zh_cue@chat``)."""
+    prompt = audit_prompt(label_set, context, templates, shots, chat_template)
     prompt_ids = encode_ids(tokenizer, prompt)
     tokenize = continuation_tokenizer(context.tokenization)
     labels = []
@@ -175,7 +180,8 @@ def audit_cell(tokenizer: Encoder, family: str, label_set: LabelSet, context: Co
         verdict = f"max{max(len(lt.ids) for lt in labels)}tok"
         collision = None
     merged = tuple(lt.label for lt in labels if lt.boundary_merge)
-    return CellAudit(family, label_set.name, context.name, verdict, collision, groups, merged, tuple(labels))
+    name = record_context(context.name, MODEL_CHAT if chat_template is not None else NO_CHAT)
+    return CellAudit(family, label_set.name, name, verdict, collision, groups, merged, tuple(labels))
 
 
 def run_audit(tokenizers: dict[str, Encoder], label_sets: list[LabelSet], contexts: list[Context]) -> list[CellAudit]:
@@ -267,11 +273,16 @@ class RunCellAudit:
 
 
 def audit_run_cells(tokenizer: Encoder, model: str, label_sets: list[LabelSet], contexts: list[Context],
-                    shots: list[int]) -> list[RunCellAudit]:
-    """Every (label set x context x shots) cell of a run, audited on ``tokenizer`` (the model's own)."""
+                    shots: list[int], chats: tuple[str, ...] = (NO_CHAT,),
+                    chat_template: ChatTemplate | None = None) -> list[RunCellAudit]:
+    """Every (label set x context x shots x chat template) cell of a run, audited on ``tokenizer``
+    (the model's own); a chat cell (``model``) on ``chat_template``, which it then needs."""
     templates = load_templates()
-    return [RunCellAudit(k, audit_cell(tokenizer, model, ls, ctx, templates, k))
-            for ls in label_sets for ctx in contexts for k in shots]
+    if MODEL_CHAT in chats and chat_template is None:
+        raise ConfigError(f"{model}: a chat cell needs the model's chat template, and none was given")
+    return [RunCellAudit(k, audit_cell(tokenizer, model, ls, ctx, templates, k,
+                                       chat_template if chat == MODEL_CHAT else None))
+            for ls in label_sets for ctx in contexts for k in shots for chat in chats]
 
 
 def format_run_audit(model: str, cells: list[RunCellAudit]) -> str:

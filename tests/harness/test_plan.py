@@ -35,14 +35,16 @@ def job_spec(args: tuple[str, ...]):
     return build_spec(RunConfig.from_cli(parser.parse_args(["run", *args])))
 
 
-def test_the_jobs_write_the_single_process_shards_each_once(benchmarks_root):
+@pytest.mark.parametrize("chat_templates", [("none",), ("none", "model")])
+def test_the_jobs_write_the_single_process_shards_each_once(benchmarks_root, chat_templates):
     from cube.harness.build import build_spec
     from cube.harness.plan import make_plan
     from cube.harness.runner import cell_configs, plan_jobs
 
     config = RunConfig(model=MODEL, sample=10, label_sets=("L1_halfwidth", "L4_circled"),
                        contexts=("zh_cue", "en_label_space"), shots=(0,), orders=("original", "shift1"),
-                       scorers=("M1-seq", "M1-strict", "M2", "M6", "M6-cot", "TF"), dtype="float32", shard_size=3)
+                       scorers=("M1-seq", "M1-strict", "M2", "M6", "M6-cot", "TF"), dtype="float32", shard_size=3,
+                       chat_templates=chat_templates)
     plan = make_plan([config], items_per_job=5)
     full = build_spec(config)
     expected = {f"{MODEL}/{j.filename}" for j in plan_jobs(full)}
@@ -57,9 +59,9 @@ def test_the_jobs_write_the_single_process_shards_each_once(benchmarks_root):
         for cell, value in cell_configs(spec).items():  # what the job records is the single run's
             assert value == cell_configs(full)[cell]
     assert set(written) == expected
-    # 4 (context, order) groups of both label sets, + cloze/TF once per item; 10 items in chunks of
-    # 3 = 4 chunks, at most 5 items a job = 2 jobs per group
-    assert len(plan.jobs) == 2 * (4 + 1)
+    # 4 (context, order) groups of both label sets, + cloze/TF once per item, each in every chat form;
+    # 10 items in chunks of 3 = 4 chunks, at most 5 items a job = 2 jobs per group
+    assert len(plan.jobs) == 2 * (4 + 1) * len(chat_templates)
     assert sum(j.items for j in plan.jobs if "label--L1_halfwidth__zh_cue__0shot__original" in j.cells) == 10
 
 

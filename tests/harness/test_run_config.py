@@ -28,19 +28,35 @@ def test_a_logged_command_parses_back_to_the_same_config_through_argparse_and_wi
     config = parsed("--model", "m", "--subjects", "anatomy,virology", "--sample", "6", "--within", "60",
                     "--seed", "3", "--label-sets", "L1_halfwidth,L4_circled", "--scorers", "M1-seq,M2",
                     "--shots", "0,5", "--cues", "zh_cue,en_label_space", "--orders", "original,shift1",
-                    "--dtype", "float32", "--batch-size", "8", "--shard-size", "2", "--shard", "1/3",
+                    "--chat-template", "none,model", "--dtype", "float32", "--batch-size", "8", "--shard-size", "2", "--shard", "1/3",
                     "--max-new-tokens", "7", "--out", "o", "--data", "/d", "--device", "cpu")
     command = config.command_line()
     argv = shlex.split(command)
     assert "--data" not in argv and "--device" not in argv  # they name this machine
-    assert [a for a in argv if a.startswith("--")] == ["--" + f.replace("_", "-") if f != "contexts" else "--cues"
-                                                        for f in COMMAND_FIELDS]
+    assert [a for a in argv if a.startswith("--")] == [
+        {"contexts": "--cues", "chat_templates": "--chat-template"}.get(f, "--" + f.replace("_", "-"))
+        for f in COMMAND_FIELDS]
     assert dict(zip(argv[2::2], argv[3::2]))["--shard"] == "1/3"
     again = replace(config, data=None)
     assert RunConfig.from_command(command) == again  # no argparse: a notebook or a provenance page
     assert RunConfig.from_cli(build_parser().parse_args(argv[1:])) == again  # the CLI's own reading
     with pytest.raises(ConfigError, match="unknown option '--nope'"):
         RunConfig.from_command(command + " --nope 1")
+
+
+def test_a_run_without_the_chat_axis_logs_the_command_it_logged_before_the_axis_existed():
+    """``--chat-template none`` (the default) is not spelt out: an older run's logged command, and
+    the provenance pages that quote it, stay as they were; any other value is."""
+    plain = parsed("--model", "m", "--out", "o")
+    assert plain.chat_templates == ("none",)
+    assert plain.command_line() == "cube run --model m --benchmark cmmlu --split test --seed 0 " \
+        "--label-sets L1_halfwidth --scorers M1-seq,M1-strict --shots 0 --cues zh_cue --orders original --backend hf " \
+        "--dtype auto --batch-size 16 --shard-size 50 --shard 0/1 --out o"
+    chat = parsed("--model", "m", "--out", "o", "--chat-template", "model")
+    assert "--orders original --chat-template model --backend hf" in chat.command_line()
+    assert RunConfig.from_command(chat.command_line()) == chat
+    with pytest.raises(ConfigError, match=r"^unknown chat template 'chatml'; known: none, model"):
+        parsed("--model", "m", "--out", "o", "--chat-template", "none,chatml")
 
 
 def test_the_run_log_records_the_config_and_reads_it_back():

@@ -534,6 +534,16 @@ class ServedModel:
     def tokenizer(self) -> ServerTokenizer:
         return self.backend.tokenizer
 
+    def chat_template(self):
+        """The chat template cube renders chat cells with (then sent as plain text): the local
+        model's (``--tokenizer`` or ``--model`` as a demo model or folder); a server's own is not
+        seen through ``/v1/completions``."""
+        if self.local is None:
+            raise ConfigError(f"--chat-template model needs the chat template of served model {self.settings.model!r}: "
+                              "give --tokenizer SPEC (a folder or demo model with it); the server's own is not "
+                              "visible through /v1/completions")
+        return self.local.chat_template()
+
 
 def served_model(settings: ServerSettings, tokenizer_spec: str | None = None,
                  environ: dict[str, str] | None = None) -> ServedModel:

@@ -1,0 +1,130 @@
+"""The chat-template axis: a prompt shown as the checkpoint's own chat, or as plain text.
+
+Instruct checkpoints are scored with or without their chat template, and that one choice moves
+scores more than any other users report (lm-eval#3958: Qwen3.5-4B on C-Eval 73 -> 48), so cube
+measures it as a protocol dimension (``--chat-template none,model``):
+
+- ``none`` (the default): the prompt as plain text, byte for byte what cube always scored;
+- ``model``: the prompt up to its answer cue (header, shots, question, options) is the user turn,
+  rendered with the checkpoint's own template (``ChatTemplate``: its tokenizer config's
+  ``chat_template`` or its GGUF header's ``tokenizer.chat_template``) with the generation prompt
+  added, and the answer cue starts the assistant turn. The labels are scored right after the cue,
+  so the audit tokenizes them there too.
+
+A chat cell's records carry its answer context marked ``@chat`` (``zh_cue@chat``): the records'
+columns stay as they are, every reader that selects a context (``cube rescore``, ``cube explain``,
+``cube confirm``) tells the two apart, and a ``none`` cell keeps its old name, shard files and
+configuration hash. ``split_context`` reads the mark back.
+
+The template is a program the checkpoint ships; nothing fetched runs code here: it is rendered
+in jinja2's ``ImmutableSandboxedEnvironment`` (as transformers does, with its ``tojson`` and
+``raise_exception``), without ``strftime_now``: a template that would print today's date falls
+back to its own fixed one, so a prompt stays a pure function of (item, cell, template).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+from cube.checksums import sha256_bytes
+from cube.errors import ConfigError
+
+NO_CHAT = "none"
+MODEL_CHAT = "model"
+CHAT_TEMPLATES = (NO_CHAT, MODEL_CHAT)  # the axis's values, the default first
+CHAT_MARK = "@chat"  # what a chat cell's answer context carries in its records
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A checkpoint's own chat template and the special tokens it is rendered with.
+
+    ``bos_added``: the BOS text the scoring tokenizer itself puts before every prompt (None: it
+    adds none). A template that writes ``{{ bos_token }}`` would otherwise give two; the rendered
+    text drops its own leading copy, so the ids are those of transformers'
+    ``apply_chat_template(tokenize=True)``, which adds no special tokens of its own."""
+
+    template: str
+    source: str  # where it was read: "tokenizer_config.json of /path", "GGUF header of f.gguf", ...
+    special_tokens: tuple[tuple[str, str], ...] = ()  # bos_token, eos_token, ... as the template sees them
+    bos_added: str | None = None
+
+    @property
+    def sha256(self) -> str:
+        """The template text's digest: what a chat cell's configuration records."""
+        return sha256_bytes(self.template.encode("utf-8"))
+
+    def user_turn(self, user: str) -> str:
+        """The chat up to where the assistant's reply starts: one user message, the generation
+        prompt added (``add_generation_prompt=True``)."""
+        try:
+            text = _compiled(self.template).render(messages=[{"role": "user", "content": user}],
+                                                    add_generation_prompt=True, tools=None, documents=None,
+                                                    **dict(self.special_tokens))
+        except Exception as exc:  # a template error, or the sandbox refusing an unsafe operation
+            first = (str(exc).splitlines() or ["?"])[0][:160]
+            raise ConfigError(f"the chat template from {self.source} cannot render a user turn "
+                              f"({type(exc).__name__}: {first}); run with --chat-template none") from None
+        if self.bos_added and text.startswith(self.bos_added):
+            text = text[len(self.bos_added):]
+        return text
+
+    def wrap(self, user: str, assistant_start: str) -> str:
+        """The prompt in chat form: ``user`` (trailing whitespace dropped: the turn boundary now
+        separates it from the cue) as the user turn, ``assistant_start`` opening the reply."""
+        return self.user_turn(user.rstrip()) + assistant_start
+
+    def to_log(self) -> dict:
+        return {"source": self.source, "sha256": self.sha256, "bos_added": self.bos_added}
+
+
+@lru_cache(maxsize=8)
+def _compiled(template: str):
+    """The template compiled in a sandbox that forbids attribute access to Python internals and
+    any mutation of what it is given (jinja2's ``ImmutableSandboxedEnvironment``)."""
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    try:
+        return env.from_string(template)
+    except jinja2.exceptions.TemplateError as exc:
+        raise ConfigError(f"the checkpoint's chat template is not valid jinja ({exc}); run with "
+                          "--chat-template none") from None
+
+
+def check_chat_templates(values: tuple[str, ...]) -> None:
+    """An unknown axis value is one line naming it and the known ones."""
+    for value in values:
+        if value not in CHAT_TEMPLATES:
+            raise ConfigError(f"unknown chat template {value!r}; known: {', '.join(CHAT_TEMPLATES)} "
+                              "(none: the plain prompt; model: the checkpoint's own chat template)")
+    if not values:
+        raise ConfigError(f"--chat-template needs at least one of {', '.join(CHAT_TEMPLATES)}")
+
+
+def record_context(context: str, chat: str) -> str:
+    """The answer context a record of this cell carries: ``zh_cue``, or ``zh_cue@chat``."""
+    return context if chat == NO_CHAT else context + CHAT_MARK
+
+
+def split_context(context: str) -> tuple[str, str]:
+    """(answer context, chat template) of a record's context column: the inverse of ``record_context``."""
+    if context.endswith(CHAT_MARK):
+        return context[: -len(CHAT_MARK)], MODEL_CHAT
+    return context, NO_CHAT
+
+
+__all__ = ["CHAT_MARK", "CHAT_TEMPLATES", "MODEL_CHAT", "NO_CHAT", "ChatTemplate", "check_chat_templates",
+           "record_context", "split_context"]
