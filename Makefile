@@ -34,7 +34,7 @@ lmeval-env:
 	scripts/install_lm_eval_env.sh
 
 # The real OpenCompass 0.5.4 in its own venv (wheels only): it wrote data/imported/opencompass-smollm2,
-# and tests/records/test_opencompass_import.py runs it where it exists (not a test prerequisite).
+# and tests/importers/test_opencompass.py runs it where it exists (not a test prerequisite).
 .PHONY: opencompass-env slurm-env
 # Slurm and munge (Debian) for the plan's test on a one-node cluster (tests/harness/test_plan_slurm.py).
 slurm-env:

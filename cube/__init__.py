@@ -4,9 +4,11 @@ One package per stage of the flow, which runs one way:
 
     protocol/    items, taxonomy, label sets, prompts, tokenization, benchmark data
     tokenizers/  registry sources, GGUF, conversion, and the GPU-free audit
-    harness/     runner, scorers, extraction, models, dtype, backends/
     records/     schema (the scorer groups), store, leakage (audit and scrub), merge,
-                 provenance, lm-eval import
+                 provenance
+    harness/     runner, scorers, extraction, models, dtype, backends/
+    importers/   other harnesses' runs as records (lm-eval, OpenCompass), beside the harness:
+                 one contract, one writer (record_row)
     analysis/    rescore, confirm, flagged, stats, simulate, credit
     paper/       figures, charts, book, smoke, claims
     release/     the release bundle

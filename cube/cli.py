@@ -33,8 +33,7 @@ COMMAND_MODULES = [
     "cube.commands.merge",
     "cube.commands.plan",
     "cube.commands.smoke",
-    "cube.commands.import_lm_eval",
-    "cube.commands.import_opencompass",
+    "cube.commands.import_run",
     "cube.commands.explain",
 ]
 

@@ -21,14 +21,15 @@ from pathlib import Path
 
 # The flow, earliest first: a module may import its own stage and earlier ones, never a later one.
 # ``records`` stands before the harness: it is the format the harness writes and every later stage
-# reads, so reading a store must never need the harness. The first stage is what every stage shares.
+# reads, so reading a store must never need the harness. ``importers`` stand beside the harness: a
+# run's records come from one or the other. The first stage is what every stage shares.
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("shared", ("cube", "cube.errors", "cube.atomic", "cube.checksums", "cube.files", "cube.config",
                 "cube.models_config")),
     ("protocol", ("cube.protocol",)),
     ("tokenizers", ("cube.tokenizers",)),
     ("records", ("cube.records",)),
-    ("harness", ("cube.harness",)),
+    ("harness", ("cube.harness", "cube.importers")),
     ("analysis", ("cube.analysis",)),
     ("paper", ("cube.paper",)),
     ("release", ("cube.release",)),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build .venv-lmeval: lm-evaluation-harness 0.4.13 in an environment of its own.
 #
-# What it is for: `cube import lm-eval` is tested on REAL lm-eval output (tests/records/test_lm_eval_import.py
+# What it is for: `cube import lm-eval` is tested on REAL lm-eval output (tests/importers/test_lm_eval.py
 # runs lm_eval from here on a demo model), and the speed comparison against lm-eval reuses it.
 # cube itself is not installed here: cube reads lm-eval's output files, it never imports lm-eval.
 #

@@ -3,7 +3,7 @@
 #
 # What it is for: `cube import opencompass` is checked on REAL OpenCompass output. The committed
 # fixture (data/imported/opencompass-smollm2) was written by this environment, and
-# tests/records/test_opencompass_import.py runs OpenCompass from here when it exists.
+# tests/importers/test_opencompass.py runs OpenCompass from here when it exists.
 # cube itself is not installed here: cube reads OpenCompass's output folder, it never imports it.
 #
 # Why not `pip install opencompass==0.5.4`: it pins ~50 dependencies for every benchmark it

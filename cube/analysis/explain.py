@@ -39,11 +39,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cube.analysis.explain_protocol import Protocol, describe, prompt_diff
+from cube.analysis.explain_protocol import describe, prompt_diff
 from cube.analysis.explain_selectors import SliceSpec, cell_of, first_cell, one_cell
 from cube.analysis.rescore import pair
 from cube.analysis.stats import clustered_bootstrap_ci, mcnemar_exact
 from cube.errors import ConfigError
+from cube.importers.contract import ScoringProtocol
 from cube.records.store import list_matrix
 
 STAGES = ("sample", "aggregation", "outcomes")
@@ -68,7 +69,7 @@ class Side:
     name: str  # the slice as given
     table: pa.Table
     aggregation: str
-    protocol: Protocol
+    protocol: ScoringProtocol
     dtype: str | None = None  # the precision the cell was scored in (its manifest entry); None: not said
 
 
@@ -203,7 +204,7 @@ def _within_noise(side: Side, rows: np.ndarray) -> np.ndarray:
     return (margins(sub) <= bound) & ~sub.column("tied").to_numpy(zero_copy_only=False)
 
 
-def _decides(protocol: Protocol) -> str:
+def _decides(protocol: ScoringProtocol) -> str:
     return (f" (decides every item as {protocol.decides_as}, by its store's audit)"
             if protocol.decides_as else "")
 

@@ -55,14 +55,11 @@ from cube.errors import ConfigError, RecordsError
 from cube.protocol.taxonomy import Taxonomy, load_taxonomy, taxonomy_for_benchmark
 from cube.records.schema import GENERATION_RECORD_SCORERS
 from cube.records.store import column_codes, group_ids, list_matrix
+from cube.records.degeneracy import PARSE_FAILURE_WARNING, TIE_WARNING
 
 SLICE_FIELDS = ("model", "scorer", "label_set", "shots", "order", "context")
 CELL_COLUMNS = ("model", "benchmark", "scorer", "label_set", "context", "shots", "order")
 LEVELS = ("subject", "category", "overall")
-PARSE_FAILURE_WARNING = 0.02  # a generation protocol above this rate gets a visible warning
-# A cell whose decisions are mostly tie-breaks (a degenerate first-token cell: every label one token
-# id) measures the tie-break rule, not the model: its accuracy gets a warning as loud as the above.
-TIE_WARNING = 0.5
 
 
 # --------------------------------------------------------------------------------------------

@@ -240,6 +240,13 @@ def extract_oc_gen(text: str, labels: Sequence[str]) -> int | None:
     return list(labels).index(first) if first in labels else None
 
 
+def extract_es_logged(extracted: str | None, labels: Sequence[str]) -> int | None:
+    """M6-es and M6-inspect: another harness's own extracted answer as its log kept it (EvalScope's
+    ``parse_answers_zh``, inspect_ai's ``choice`` scorer); one label is that label, nothing or
+    several a parse failure."""
+    return list(labels).index(extracted) if extracted in labels else None
+
+
 def score_tf(margins: Sequence[float]) -> ScoreResult:
     """TF: each statement's log p(true word) - log p(false word); the statement judged most true
     is the MCQ answer read off the same pass (the four margins are what partial credit reads)."""
@@ -342,6 +349,12 @@ SCORERS: dict[str, Scorer] = {s.name: s for s in (
     Scorer("M6-oc", "imported", ("M6-oc",),
            "the first capital letter of a generation, OpenCompass's gen mode (imported runs only)",
            extract_oc_gen, None),
+    Scorer("M6-es", "imported", ("M6-es",),
+           "EvalScope's extracted answer of a generation, as its review logged it (imported runs only)",
+           extract_es_logged, None),
+    Scorer("M6-inspect", "imported", ("M6-inspect",),
+           "inspect_ai's choice scorer's answer of a generation, as its log logged it (imported runs only)",
+           extract_es_logged, None),
 )}
 
 

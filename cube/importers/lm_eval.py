@@ -31,8 +31,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -41,13 +39,22 @@ from typing import Any
 import numpy as np
 
 from cube.checksums import sha256_bytes, sha256_file
-from cube.errors import HarnessImportError, WriteError
+from cube.errors import HarnessImportError
 from cube.files import check_within, parse_json, read_text
+from cube.importers.contract import (
+    Decision,
+    HarnessImporter,
+    Imported,
+    RunsRead,
+    ScoringProtocol,
+    extractor_of,
+    items_by_hash,
+    one_benchmark,
+)
 from cube.protocol.items import Item, qhash
 from cube.protocol.label_sets import LabelSet, load_label_sets
-from cube.protocol.scorers import SCORERS, decide, option_distribution, tie_groups
+from cube.protocol.scorers import SCORERS, decide, tie_groups
 from cube.protocol.tokenization import Encoder, encode_ids, tokens_in_context
-from cube.records.schema import record_row, tie_text
 from cube.tokenizers.audit import CellAudit, Context, LabelTokens, audit_cell, audit_prompt, first_token_collisions
 
 LM_EVAL_TOKENIZATION = "lm-eval"  # context and continuation cut as lm-eval 0.4 does (module doc)
@@ -56,7 +63,6 @@ QUESTION_FIELDS = ("Question", "question")  # lm-eval's cmmlu docs (haonan-li/cm
 OPTION_FIELDS = ("A", "B", "C", "D")
 # Task datasets lm-eval ships for the two benchmarks: (benchmark, the split cube names it by).
 KNOWN_DATASETS = {"haonan-li/cmmlu": "cmmlu", "ceval/ceval-exam": "ceval"}
-BENCHMARK_SPLITS = {"cmmlu": ("dev", "test"), "ceval": ("dev", "val", "test")}
 _RESULTS = re.compile(r"^results_(?P<ts>.+)\.json$")
 _FOLDER_NAME = re.compile(r"[^A-Za-z0-9._+-]+")
 
@@ -399,9 +405,7 @@ class ItemMatcher:
     """Doc -> item by question hash, narrowed by the options and lm-eval's subject and split."""
 
     def __init__(self, items: Sequence[Item]) -> None:
-        self.by_hash: dict[str, list[Item]] = {}
-        for item in items:
-            self.by_hash.setdefault(item.qhash, []).append(item)
+        self.by_hash = items_by_hash(items)
         self.subjects = {item.subject for item in items}
 
     def match(self, doc: dict, task: TaskRun, where: str, used: set[str]) -> Item:
@@ -509,29 +513,14 @@ def _gold(sample: dict, labels: tuple[str, ...] | None, where: str) -> int:
     raise HarnessImportError(f"{where}: target {str(target)[:12]!r} is not a choice index or label")
 
 
-# The OpenCompass import reads these names; they are the shared ones now (cube.protocol.scorers and
-# cube.records.schema), kept here until it imports those itself.
-_tie_text = tie_text
-_groups = tie_groups
-
-
-def _decide(scores: np.ndarray) -> tuple[int, bool]:
-    result = decide(scores)
-    return result.pred, result.tied
-
-
-def _softmax(scores: np.ndarray) -> np.ndarray:
-    return option_distribution(scores).astype(np.float32)
-
-
-def import_task(task: TaskRun, samples: Sequence[dict], matcher: ItemMatcher, model: str,
-                tokenizer: Encoder | None = None, add_special_tokens: bool = True) -> tuple[list[dict], TaskImport]:
-    """The records of one task (acc, acc_norm, and M1-strict where labels are single tokens)."""
+def import_task(task: TaskRun, samples: Sequence[dict], matcher: ItemMatcher,
+                tokenizer: Encoder | None = None, add_special_tokens: bool = True) -> tuple[list[Decision], TaskImport]:
+    """The decisions of one task (acc, acc_norm, and M1-strict where labels are single tokens)."""
     protocol = task_protocol(task)
-    rows: list[dict] = []
+    rows: list[Decision] = []
     n_tied = n_identical = n_shared = n_differs = 0
     max_tokens = 0
-    strict_rows: list[dict] = []
+    strict_rows: list[Decision] = []
     used: set[str] = set()
     strict_possible = protocol.labels is not None and tokenizer is not None
     for sample in samples:
@@ -578,13 +567,12 @@ def import_task(task: TaskRun, samples: Sequence[dict], matcher: ItemMatcher, mo
                     f"{where}: lm-eval logged {metric} {logged} but its own log-likelihoods give "
                     f"{float(result.pred == gold)}"
                 )
-            rows.append(record_row(model, item, scorer, cell, gold, result,
-                                   first_token_ids=first_ids, n_tokens=n_tokens))
+            rows.append(Decision(item, scorer, cell, gold, result, first_token_ids=first_ids, n_tokens=n_tokens))
         n_tied += acc.tied
         if protocol.labels is not None and tokenizer is not None:
             strict = replace(decide(lls), tie_groups=tie_groups(first_ids))
-            strict_rows.append(record_row(model, item, "M1-strict", cell, gold, strict,
-                                          first_token_ids=first_ids, n_tokens=n_tokens))
+            strict_rows.append(Decision(item, "M1-strict", cell, gold, strict, first_token_ids=first_ids,
+                                        n_tokens=n_tokens))
     scorers = [protocol.acc_scorer, ACC_NORM_SCORER]
     if strict_possible:  # each label one token: its log-likelihood IS its first-token score
         rows += strict_rows
@@ -646,14 +634,6 @@ def run_metadata(run: LmEvalRun, files: Mapping[str, Path]) -> dict[str, Any]:
     return {**logged, "files": {name: sha256_file(path) for name, path in sorted(files.items())}}
 
 
-@dataclass
-class Imported:
-    model: str
-    rows: list[dict]
-    tasks: list[TaskImport]
-    metadata: dict[str, Any]
-
-
 def import_runs(runs: Sequence[LmEvalRun], items: Sequence[Item], model: str | None = None,
                 tokenizer: Encoder | None = None, family: str | None = None,
                 tokenizer_source: str | None = None) -> Imported:
@@ -664,7 +644,7 @@ def import_runs(runs: Sequence[LmEvalRun], items: Sequence[Item], model: str | N
                                  "import each model's folder on its own")
     name = names.pop()
     matcher = ItemMatcher(items)
-    rows: list[dict] = []
+    rows: list[Decision] = []
     tasks: list[TaskImport] = []
     logged: dict[str, Any] = {}
     for run in runs:
@@ -673,7 +653,7 @@ def import_runs(runs: Sequence[LmEvalRun], items: Sequence[Item], model: str | N
         for task in run.tasks:
             if any(t.protocol.task == task.name for t in tasks):
                 raise HarnessImportError(f"task {task.name} appears in two results files; import one run at a time")
-            task_rows, summary = import_task(task, read_samples(task), matcher, name, tokenizer, bos)
+            task_rows, summary = import_task(task, read_samples(task), matcher, tokenizer, bos)
             if tokenizer is not None:
                 summary.audit = audit_protocol(summary.protocol, tokenizer, family or name, bos)
             rows += task_rows
@@ -714,55 +694,6 @@ def task_json(t: TaskImport, config: Mapping[str, Any]) -> dict[str, Any]:
         lm, cube_cell = cells_to_json([t.audit.lm_eval, t.audit.in_context])
         out["audit"] = {"lm_eval": lm, "in_context": cube_cell,
                         "tokenization_differs": t.audit.tokenization_differs}
-    return out
-
-
-def check_metadata_clean(metadata: Mapping[str, Any], items: Sequence[Item]) -> None:
-    """Refuse a manifest that would quote the benchmark (e.g. fewshot samples inlined in a config),
-    under the rules a generation is audited by (``cube.records.leakage.audit_metadata``)."""
-    from cube.records.leakage import audit_metadata, build_index
-
-    texts, hits = audit_metadata(metadata, build_index(items))
-    if hits:
-        encoded = f", {hits[0].encoding}" if hits[0].encoding else ""
-        raise HarnessImportError(
-            f"the logged task configuration quotes benchmark text ({len(hits)} span(s), e.g. a {hits[0].kind}"
-            f"{encoded} at offset {hits[0].offset} of a {len(texts[hits[0].text])}-character field); nothing written"
-        )
-
-
-def write_store(out: str | Path, imported: Imported) -> Path:
-    """Write the records as a new store at ``out``, all or nothing.
-
-    The store is written and read back (every check a reader makes) in a hidden sibling folder,
-    then renamed into place: a failure at any step leaves no ``out`` at all.
-    """
-    from cube.records.store import from_columns, read_records, write_records
-
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise HarnessImportError(f"--out {out} exists and is not an empty folder; give a new one")
-    if not imported.rows:
-        raise HarnessImportError("no records to write")
-    columns = {name: [row[name] for row in imported.rows] for name in imported.rows[0]}
-    table = from_columns(columns, len(imported.rows))
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    except OSError as exc:
-        raise WriteError(f"cannot write {out}: {exc.strerror or exc}") from None
-    try:
-        write_records(staging, table, metadata=imported.metadata)
-        read_records(staging)
-        (staging / ".manifest.lock").unlink(missing_ok=True)
-        if out.exists():
-            out.rmdir()
-        os.rename(staging, out)
-    except OSError as exc:
-        raise WriteError(f"cannot write {out}: {exc.strerror or exc}") from None
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     return out
 
 
@@ -834,19 +765,19 @@ def _cell_text(cell: CellAudit) -> str:
 def format_report(imported: Imported, out: Path | None = None) -> str:
     """What a user holding the folder wants from "check my run", one finding per line."""
     lines = []
-    n = sum(t.n_docs for t in imported.tasks)
+    n = sum(t.n_docs for t in imported.units)
     written = f" -> {out}" if out is not None else ""
-    lines.append(f"imported {n} docs of {len(imported.tasks)} task(s), model {imported.model}: "
-                 f"{len(imported.rows)} records{written}")
-    for t in imported.tasks:
+    lines.append(f"imported {n} docs of {len(imported.units)} task(s), model {imported.model}: "
+                 f"{len(imported.decisions)} records{written}")
+    for t in imported.units:
         p = t.protocol
         what = ("labels " + ",".join(p.labels)) if p.labels is not None else "option texts"
         lines.append(f"  {p.task}: {what} after {p.cue[-8:]!r} + target_delimiter {p.target_delimiter!r}, "
                      f"{p.shots}-shot -> label_set {p.label_set}, context {p.context}, "
                      f"scorers {', '.join(t.scorers)}")
     lines.append("audit of the run:")
-    degenerate = [t for t in imported.tasks if t.audit is not None and t.audit.degenerate]
-    audited = [t for t in imported.tasks if t.audit is not None]
+    degenerate = [t for t in imported.units if t.audit is not None and t.audit.degenerate]
+    audited = [t for t in imported.units if t.audit is not None]
     if not audited:
         lines.append("  no label cell audited (no tokenizer, or the choices are option texts)")
     for t in audited:
@@ -866,7 +797,7 @@ def format_report(imported: Imported, out: Path | None = None) -> str:
         else:
             lines.append("    tokenization: lm-eval's label tokens equal cube's in-context ones")
     lines.append("  degenerate cells: " + (", ".join(t.protocol.task for t in degenerate) or "none"))
-    for t in imported.tasks:
+    for t in imported.units:
         if t.n_tied:
             lines.append(f"  exact ties: {t.protocol.task}: {_share(t.n_tied, t.n_docs)} docs have tied "
                          "top log-likelihoods; lm-eval's tie-break (the first choice) answered them")
@@ -879,13 +810,69 @@ def format_report(imported: Imported, out: Path | None = None) -> str:
         if t.n_first_token_shared and not (t.audit and t.audit.degenerate):
             lines.append(f"  first tokens: {t.protocol.task}: on {_share(t.n_first_token_shared, t.n_docs)} "
                          "docs two choices start with the same token")
-    if not any(t.n_tied for t in imported.tasks):
+    if not any(t.n_tied for t in imported.units):
         lines.append("  exact ties: none")
     return "\n".join(lines)
 
 
 def report_json(imported: Imported, out: Path | None = None) -> dict[str, Any]:
-    return {"model": imported.model, "out": str(out) if out else None, "records": len(imported.rows),
+    return {"model": imported.model, "out": str(out) if out else None, "records": len(imported.decisions),
             "tasks": imported.metadata["lm_eval"]["tasks"],
-            "degenerate": [t.protocol.task for t in imported.tasks if t.audit and t.audit.degenerate]}
+            "degenerate": [t.protocol.task for t in imported.units if t.audit and t.audit.degenerate]}
 
+
+
+# --------------------------------------------------------------------------------------------
+# The importer's contract (cube.importers.contract)
+# --------------------------------------------------------------------------------------------
+
+
+def read(folder: Path, benchmark: str | None) -> RunsRead:
+    """Every run below ``folder``, its benchmark (``benchmark``, else each task's dataset), and
+    the model and tokenizer its model args name."""
+    runs = tuple(read_run(path) for path in find_results(folder))
+    chosen = one_benchmark({benchmark_of(task, benchmark) for run in runs for task in run.tasks})
+    args = runs[0].model_args
+    named = args.get("pretrained") or args.get("model")
+    try:
+        spec = tokenizer_spec(runs[0])
+    except HarnessImportError:
+        spec = None
+    return RunsRead(runs, chosen, model_name(runs[0]) if named else None, spec,
+                    f"{runs[0].results_path}: model_args")
+
+
+# How lm-eval cuts a label's tokens from the prompt's, as ``cube explain`` names it.
+LABEL_TOKENS = "whole text, label past len(tokens(prompt)) (lm-eval)"
+AGGREGATION = "per task: acc averaged over its docs"
+
+
+def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Sequence[str],
+             normalisation: str) -> ScoringProtocol:
+    """The protocol of one stored cell: the logged task whose protocol it is (its doc_to_text,
+    target_delimiter and audit verdict); Nones where no task of the store is this cell."""
+    logged = metadata.get("lm_eval") or {}
+    for task in (logged.get("tasks") or {}).values():
+        p = task.get("protocol") or {}
+        if (p.get("label_set"), p.get("context"), int(p.get("shots", -1))) == \
+                (cell["label_set"], cell["context"], int(cell["shots"])):
+            text = (task.get("config") or {}).get("doc_to_text")
+            verdict = ((task.get("audit") or {}).get("lm_eval") or {}).get("verdict")
+            if int(cell["shots"]) > 0 and isinstance(text, str):
+                text = f"{{{{{int(cell['shots'])} solved examples of the subject}}}}" + text
+            return ScoringProtocol(IMPORTER_LABEL, text if isinstance(text, str) else None,
+                                   str(p.get("target_delimiter", " ")), LABEL_TOKENS, normalisation, verdict,
+                                   extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION)
+    return ScoringProtocol(IMPORTER_LABEL, None, None, None, normalisation, None,
+                           extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION)
+
+
+IMPORTER_LABEL = "lm-eval"
+IMPORTER = HarnessImporter(
+    name="lm-eval", source="lm-evaluation-harness", label=IMPORTER_LABEL,
+    help="an `lm_eval --log_samples --output_path` folder: records + audit of its protocol",
+    folder_help="the folder lm_eval --output_path wrote",
+    model_help="the records' model name (default: the last part of pretrained=)",
+    read=read, run=import_runs, format_report=format_report, report_json=report_json, describe=describe,
+    benchmark_option=True,
+)

@@ -41,7 +41,7 @@ import ast
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,23 +49,33 @@ import numpy as np
 
 from cube.checksums import sha256_bytes, sha256_file
 from cube.errors import HarnessImportError
-from cube.files import check_within, read_text
+from cube.files import read_text
+from cube.importers.contract import (
+    Decision,
+    HarnessImporter,
+    Imported,
+    RunsRead,
+    ScoringProtocol,
+    extractor_of,
+    generation_decisions,
+    items_by_hash,
+    one_benchmark,
+    one_model,
+    plain_name,
+    run_folders,
+)
 from cube.protocol.items import Item, qhash
+from cube.protocol.scorers import SCORERS, tie_groups
 from cube.protocol.tokenization import encode_ids
-from cube.records.lm_eval_import import _decide, _groups, _softmax, _tie_text
 
 PPL_SCORER = "OC-ppl"
 GEN_SCORER = "M6-oc"  # a third extractor of one generation, beside cube's M6-strict and M6-lenient
 LABELS = ("A", "B", "C", "D")
 # OpenCompass's dataset classes of the two benchmarks cube reads (the config's ``type``).
 KNOWN_DATASETS = {"CMMLUDataset": "cmmlu", "CEvalDataset": "ceval"}
-BENCHMARK_SPLITS = {"cmmlu": ("dev", "test"), "ceval": ("dev", "val", "test")}
 INFERENCERS = {"PPLInferencer": "ppl", "GenInferencer": "gen"}
 # The gen postprocessors whose decisions cube reproduces (``first_capital`` below): any other is refused.
 GEN_POSTPROCESSORS = ("first_capital_postprocess",)
-# A model or dataset abbr names a folder and a file of the output (predictions/<model>/<dataset>.json):
-# one with a separator or "..", such as "../../elsewhere", would read outside the folder given.
-_ABBR = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,199}$")
 
 
 # --------------------------------------------------------------------------------------------
@@ -153,23 +163,12 @@ class OpenCompassRun:
 
 def find_runs(folder: str | Path) -> list[Path]:
     """The run folders at or below ``folder``: each holds ``configs/`` and ``predictions/``."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise HarnessImportError(f"{folder}: not a folder (give the -w WORK_DIR OpenCompass wrote, or one run in it)")
-    found = sorted({p.parents[2] for p in folder.glob("**/predictions/*/*.json")})
-    if not found:
-        raise HarnessImportError(f"{folder}: no predictions/<model>/<dataset>.json below it; not an "
-                                 "OpenCompass output folder")
-    for run in found:
-        check_within(run, folder, HarnessImportError, "OpenCompass run folder")
-    return found
+    return run_folders(folder, "**/predictions/*/*.json", "an OpenCompass",
+                       "the -w WORK_DIR OpenCompass wrote, or one run in it")
 
 
 def _check_abbr(kind: str, value: Any, where: Path) -> str:
-    if not isinstance(value, str) or not _ABBR.match(value) or ".." in value:
-        raise HarnessImportError(f"{where}: {kind} abbr {str(value)[:60]!r} is not a plain name (letters, "
-                                 "digits, _ . + -); it would name a file outside this folder")
-    return value
+    return plain_name(f"{kind} abbr", value, where)
 
 
 def _model_abbr(model: Mapping[str, Any]) -> Any:
@@ -395,14 +394,6 @@ class DatasetImport:
     context: str = ""
 
 
-def first_capital(text: str) -> str:
-    """OpenCompass's ``first_capital_postprocess``: the first A-Z in the text, else ''."""
-    for ch in text:
-        if ch.isupper():
-            return ch
-    return ""
-
-
 def _ppl_values(entry: Mapping[str, Any], where: str) -> list[float]:
     values = []
     for label in LABELS:
@@ -435,11 +426,10 @@ def context_name(dataset: DatasetRun, subject_zh: str = "") -> str:
     return f"oc-{dataset.mode}-{sha256_bytes(template.encode('utf-8'))[:8]}"
 
 
-def import_dataset(dataset: DatasetRun, by_hash: Mapping[str, Sequence[Item]], model: str,
-                   tokenizer: Any | None = None) -> tuple[list[dict], DatasetImport]:
-    """The records of one dataset, each decision recomputed and checked against OpenCompass's."""
-    from cube.protocol.extract import extract_lenient, extract_strict
-
+def import_dataset(dataset: DatasetRun, by_hash: Mapping[str, Sequence[Item]],
+                   tokenizer: Any | None = None) -> tuple[list[Decision], DatasetImport]:
+    """The decisions of one dataset, each recomputed by the scorer table's entry and checked
+    against OpenCompass's own."""
     entries = read_predictions(dataset)
     accuracy = read_accuracy(dataset)
     subject_zh = next((i.subject_zh for group in by_hash.values() for i in group
@@ -449,7 +439,7 @@ def import_dataset(dataset: DatasetRun, by_hash: Mapping[str, Sequence[Item]], m
             if i.subject == dataset.subject and i.split == dataset.split]
     n_split = max((i.row for i in pool), default=-1) + 1 if pool else None
     rows_of = _range_rows(dataset.test_range, len(entries), str(dataset.predictions), n_split)
-    records: list[dict] = []
+    records: list[Decision] = []
     summary = DatasetImport(dataset.abbr, dataset.mode, len(entries), accuracy, 0.0, [])
     n_correct = 0
     counts: list[list[int]] = []
@@ -477,13 +467,11 @@ def import_dataset(dataset: DatasetRun, by_hash: Mapping[str, Sequence[Item]], m
             raise HarnessImportError(f"{where}: item {item.uid} is matched by two predictions")
         seen.add(item.uid)
         gold = _gold(entry, item, where)
-        base = {"model": model, "uid": item.uid, "qhash": item.qhash, "benchmark": item.benchmark,
-                "subject": item.subject, "label_set": "L1_halfwidth", "context": context,
-                "shots": dataset.shots, "order": "original", "gold": gold}
+        cell = ("L1_halfwidth", context, dataset.shots, "original")
         if dataset.mode == "ppl":
             ppl = np.array(_ppl_values(entry, where))
-            scores = -ppl
-            pred, tied = _decide(scores)  # the first minimum PPL, as OpenCompass's list.index(min)
+            result = SCORERS[PPL_SCORER].score(ppl)  # the first minimum PPL, as OpenCompass's list.index(min)
+            pred, tied = result.pred, result.tied
             if entry["prediction"] != LABELS[pred]:
                 raise HarnessImportError(f"{where}: OpenCompass predicted {str(entry['prediction'])[:4]!r} but "
                                          f"its own PPLs give {LABELS[pred]}")
@@ -498,55 +486,30 @@ def import_dataset(dataset: DatasetRun, by_hash: Mapping[str, Sequence[Item]], m
                 whole = -ppl * np.array([len(i) for i in ids])  # log-likelihood of each whole prompt
                 summary.n_differs_from_seq = (summary.n_differs_from_seq or 0) + (int(np.argmax(whole)) != pred)
             summary.n_tied += tied
-            records.append({**base, "scorer": PPL_SCORER, "pred": pred, "correct": pred == gold,
-                            "parse_failed": False, "tied": tied,
-                            "tie_groups": _tie_text(_groups(first_ids)) if first_ids else "",
-                            "scores": scores.tolist(), "probs": _softmax(scores).tolist(),
-                            "first_token_ids": first_ids, "n_tokens": n_tokens, "generation": None})
+            # the tie groups of the tokens each label's prompt ends in; the scores stay OpenCompass's
+            groups = tie_groups(first_ids) if first_ids else ()
+            records.append(Decision(item, PPL_SCORER, cell, gold, replace(result, tie_groups=groups),
+                                    first_token_ids=first_ids, n_tokens=n_tokens))
             n_correct += pred == gold
         else:
             text = entry["prediction"]
             if not isinstance(text, str):
                 raise HarnessImportError(f"{where}: the prediction is not a generation (text)")
-            letter = first_capital(text)
-            oc_pred = LABELS.index(letter) if letter in LABELS else -1
+            oc_pred = SCORERS[GEN_SCORER].score(text, LABELS)
             n_correct += oc_pred == gold
-            options = list(item.options)
-            for scorer, pred in ((GEN_SCORER, oc_pred),
-                                 ("M6-strict", _or(extract_strict(text, LABELS))),
-                                 ("M6-lenient", _or(extract_lenient(text, LABELS, options)))):
-                failed = pred == -1
-                if failed:
-                    summary.n_parse_failed[scorer] = summary.n_parse_failed.get(scorer, 0) + 1
-                onehot = [1.0 if i == pred else 0.0 for i in range(len(LABELS))]  # all 0: a parse failure
-                records.append({**base, "scorer": scorer, "pred": pred, "correct": pred == gold,
-                                "parse_failed": failed, "tied": False, "tie_groups": "",
-                                "scores": [float("nan")] * len(LABELS), "probs": onehot, "first_token_ids": None,
-                                "n_tokens": None, "generation": text})
+            # stored as logged (the committed fixture predates scrubbing imported generations)
+            records += generation_decisions(item, cell, gold, GEN_SCORER, oc_pred, text, LABELS, None,
+                                            summary.n_parse_failed)
     summary.reproduced = 100.0 * n_correct / len(entries)
     if abs(summary.reproduced - accuracy) > 1e-9:
         raise HarnessImportError(
             f"{dataset.results}: OpenCompass reports accuracy {accuracy:g} but its own predictions give "
             f"{summary.reproduced:g} ({n_correct}/{len(entries)}); the results are not of these predictions"
         )
-    summary.scorers = [PPL_SCORER] if dataset.mode == "ppl" else [GEN_SCORER, "M6-strict", "M6-lenient"]
+    summary.scorers = [PPL_SCORER] if dataset.mode == "ppl" else [GEN_SCORER, *SCORERS["M6"].records]
     summary.token_counts = counts or None
     summary.context = context
     return records, summary
-
-
-@dataclass
-class Imported:
-    """An import before it is written: the records and what the manifest keeps."""
-
-    model: str
-    rows: list[dict]
-    datasets: list[DatasetImport]
-    metadata: dict[str, Any]
-
-
-def _or(value: int | None) -> int:
-    return -1 if value is None else int(value)
 
 
 def _common_prefix(seqs: Sequence[Sequence[int]]) -> tuple[int, ...]:
@@ -575,7 +538,7 @@ def run_config(mode: str, cmmlu_dir: str | Path, model_dir: str | Path, rows: Ma
     if mode not in CMMLU_CONFIGS:
         raise HarnessImportError(f"mode {mode!r}: give one of {', '.join(CMMLU_CONFIGS)}")
     _check_abbr("model", model, Path("run_config"))
-    return f'''# OpenCompass config written by cube.records.opencompass_import.run_config: OpenCompass's own
+    return f'''# OpenCompass config written by cube.importers.opencompass.run_config: OpenCompass's own
 # CMMLU {mode} config ({CMMLU_CONFIGS[mode]}), test rows narrowed to {len(rows)} item(s).
 from mmengine.config import read_base
 from opencompass.models import HuggingFaceBaseModel
@@ -619,11 +582,11 @@ def audit_labels(tokenizer: Any, family: str) -> dict[str, Any]:
     return {"cell": cells_to_json([cell])[0], "degenerate": cell.degenerate}
 
 
-def ppl_audit(summary: DatasetImport, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def ppl_audit(summary: DatasetImport, decisions: Sequence[Decision]) -> dict[str, Any]:
     """What PPL mode scored, on the real prompts: tokens per label prompt and per label."""
     counts = summary.token_counts or []
     equal = all(len(set(c)) == 1 for c in counts)
-    label_tokens = sorted({tuple(r["n_tokens"] or ()) for r in records if r["scorer"] == PPL_SCORER})
+    label_tokens = sorted({tuple(d.n_tokens or ()) for d in decisions if d.scorer == PPL_SCORER})
     return {
         "normalised_over": "the whole prompt (in-context examples, question, options, label): "
                            "sum of the cross-entropy of tokens 2..n divided by n",
@@ -646,15 +609,9 @@ def import_runs(runs: Sequence[OpenCompassRun], items: Sequence[Item], model: st
                 tokenizer: Any | None = None, family: str | None = None,
                 tokenizer_source: str | None = None) -> Imported:
     """Records and report of every dataset of ``runs`` (one model), nothing written yet."""
-    names = {run.model for run in runs}
-    if len(names) != 1:
-        raise HarnessImportError(f"the folder holds runs of {len(names)} models ({', '.join(sorted(names))}); "
-                                 "import each model's runs on their own")
-    name = _check_abbr("model", model, Path("--model")) if model else names.pop()
-    by_hash: dict[str, list[Item]] = {}
-    for item in items:
-        by_hash.setdefault(item.qhash, []).append(item)
-    rows: list[dict] = []
+    name = one_model({run.model for run in runs}, model, "model abbr")
+    by_hash = items_by_hash(items)
+    rows: list[Decision] = []
     summaries: list[DatasetImport] = []
     datasets: dict[str, Any] = {}
     logged: dict[str, Any] = {}
@@ -665,7 +622,7 @@ def import_runs(runs: Sequence[OpenCompassRun], items: Sequence[Item], model: st
             if key in datasets:
                 raise HarnessImportError(f"dataset {dataset.abbr} ({dataset.mode}) appears in two runs; "
                                          "import one run of it at a time")
-            records, summary = import_dataset(dataset, by_hash, name, tokenizer)
+            records, summary = import_dataset(dataset, by_hash, tokenizer)
             rows += records
             summaries.append(summary)
             files["predictions"][dataset.abbr] = sha256_file(dataset.predictions)
@@ -715,9 +672,9 @@ def format_report(imported: Imported, out: Path | None = None) -> str:
     """What a user holding the folder wants from "check my run", one finding per line."""
     meta = imported.metadata["opencompass"]
     written = f" -> {out}" if out is not None else ""
-    summaries = imported.datasets
+    summaries = imported.units
     lines = [f"imported {sum(s.n for s in summaries)} predictions of {len(summaries)} dataset(s), model "
-             f"{imported.model}: {len(imported.rows)} records{written}"]
+             f"{imported.model}: {len(imported.decisions)} records{written}"]
     for key, d in meta["datasets"].items():
         lines.append(f"  {key}: {d['benchmark']} {d['subject']} {d['split']}{d['test_range']}, {d['shots']}-shot, "
                      f"accuracy {d['accuracy']:g} (records: {d['reproduced_accuracy']:g}) -> scorers "
@@ -750,7 +707,7 @@ def format_report(imported: Imported, out: Path | None = None) -> str:
 
 def report_json(imported: Imported, out: Path | None = None) -> dict[str, Any]:
     meta = imported.metadata["opencompass"]
-    return {"model": imported.model, "out": str(out) if out else None, "records": len(imported.rows),
+    return {"model": imported.model, "out": str(out) if out else None, "records": len(imported.decisions),
             "datasets": {k: {x: v for x, v in d.items() if x != "config"} for k, d in meta["datasets"].items()},
             "audit": meta.get("audit")}
 
@@ -777,3 +734,81 @@ def cmmlu_prompt(item: Item, shots: Sequence[Item], label: str | None) -> str:
         return f"{ice}{_cmmlu_question(item)}\n答案是: "
     ice = "".join(f"{_cmmlu_question(s)}\n答案是: {LABELS[s.answer]}\n\n\n" for s in shots)
     return f"{ice}\n\n{_cmmlu_question(item)}\n答案是: {label}"
+
+
+# --------------------------------------------------------------------------------------------
+# The importer's contract (cube.importers.contract)
+# --------------------------------------------------------------------------------------------
+
+
+def read(folder: Path, benchmark: str | None = None) -> RunsRead:
+    """Every run at or below ``folder``; the benchmark is the datasets' own (``benchmark`` unused:
+    OpenCompass's config names its dataset class)."""
+    runs = tuple(read_run(path) for path in find_runs(folder))
+    chosen = one_benchmark({d.benchmark for run in runs for d in run.datasets})
+    return RunsRead(runs, chosen, runs[0].model, _model_path(runs[0]) or None,
+                    f"{runs[0].config_path}: its model config")
+
+
+# How each label's tokens are scored in PPL mode, as ``cube explain`` names it.
+LABEL_TOKENS = "each label's whole prompt tokenized (OpenCompass PPL)"
+AGGREGATION = "per dataset (one subject): percent of its predictions correct"
+_OC_FIELD = re.compile(r"(?<!\{)\{(question|A|B|C|D)\}(?!\})")
+
+
+def _turns_text(template: Any, shots: int) -> str | None:
+    """One label's dumped OpenCompass template as text: its turns' prompts joined by ``{{turn}}``
+    (the model class joins them; cube does not guess how), ``</E>`` as the examples."""
+    if isinstance(template, str):
+        text = template
+    elif isinstance(template, Mapping) and isinstance(template.get("round"), list):
+        prompts = [t.get("prompt") for t in template["round"] if isinstance(t, Mapping)]
+        if not all(isinstance(p, str) for p in prompts):
+            return None
+        text = str(template.get("begin") or "") + "{{turn}}".join(prompts)
+    else:
+        return None
+    text = text.replace("</E>", f"{{{{{shots} solved examples of the subject}}}}" if shots else "")
+    return _OC_FIELD.sub(lambda m: "{{" + ("Question" if m.group(1) == "question" else m.group(1)) + "}}", text)
+
+
+def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Sequence[str],
+             normalisation: str) -> ScoringProtocol:
+    """The protocol of one stored cell (``contexts``: all of the slice's, one per subject): the
+    dumped template, how PPL tokenizes, the audit's verdict, and where the import's audit found
+    PPL deciding every item as the summed label log-likelihood, that it decides as M1-seq."""
+    logged = metadata.get("opencompass") or {}
+    contexts = list(contexts) or [cell["context"]]
+    datasets = [d for d in (logged.get("datasets") or {}).values() if d.get("context") in set(contexts)]
+    entry = next((d for d in datasets if d.get("context") == cell["context"]), None)
+    verdict = (((logged.get("audit") or {}).get("cell")) or {}).get("verdict")
+    extractor = extractor_of(cell["scorer"])
+    if entry is None:
+        return ScoringProtocol(IMPORTER_LABEL, None, None, None, normalisation, verdict,
+                               extractor=extractor, aggregation=AGGREGATION)
+    infer = (entry.get("config") or {}).get("infer_cfg") or {}
+    template = (infer.get("prompt_template") or infer.get("ice_template") or {}).get("template")
+    prompt = prefix = tokenization = decides_as = None
+    if entry.get("mode") == "ppl" and isinstance(template, Mapping) and "A" in template:
+        text = _turns_text(template["A"], int(entry.get("shots") or 0))
+        if text is not None and text.endswith("A"):
+            prompt, prefix, tokenization = text[:-1], "", LABEL_TOKENS
+        # PPL is the whole prompt's mean loss; where the import's audit found it decide every item as
+        # the summed log-likelihood does (the labels' prompts share all but the label), it is M1-seq
+        counts = [((d.get("audit") or {}).get("n_decision_differs_from_summed_loglik")) for d in datasets]
+        if datasets and all(c == 0 for c in counts):
+            decides_as = "M1-seq"
+    elif entry.get("mode") == "gen":
+        prompt = _turns_text(template, int(entry.get("shots") or 0))
+    return ScoringProtocol(IMPORTER_LABEL, prompt, prefix, tokenization, normalisation, verdict, decides_as,
+                           extractor=extractor, aggregation=AGGREGATION)
+
+
+IMPORTER_LABEL = "OpenCompass"
+IMPORTER = HarnessImporter(
+    name="opencompass", source="opencompass", label=IMPORTER_LABEL,
+    help="an `opencompass CONFIG -w DIR` output folder (PPL and gen modes): records + audit",
+    folder_help="the work dir opencompass wrote (or one run in it)",
+    model_help="the records' model name (default: the model's abbr in the config)",
+    read=read, run=import_runs, format_report=format_report, report_json=report_json, describe=describe,
+)

@@ -1,4 +1,4 @@
-"""Importing lm-evaluation-harness runs (cube.records.lm_eval_import).
+"""Importing lm-evaluation-harness runs (cube.importers.lm_eval).
 
 Most tests write a small lm-eval output folder of their own at run time (results JSON + samples
 JSONL in lm-eval 0.4.13's layout) around real CMMLU items picked from the shared data: nothing of
@@ -25,7 +25,8 @@ from cube.models_config import tokenizer_families
 from cube.protocol.items import stratified_sample
 from cube.protocol.label_sets import load_label_sets
 from cube.protocol.tokenization import tokens_in_context
-from cube.records.lm_eval_import import (
+from cube.importers.contract import check_metadata_clean, write_store
+from cube.importers.lm_eval import (
     LM_EVAL_CMMLU_TEXT,
     ItemMatcher,
     audit_protocol,
@@ -37,7 +38,6 @@ from cube.records.lm_eval_import import (
     read_run,
     task_protocol,
     write_local_task,
-    write_store,
 )
 from cube.records.store import read_manifest, read_records
 
@@ -309,7 +309,7 @@ def test_a_store_is_never_written_over(tmp_path, items, all_items):
 
 def test_a_question_shared_by_two_subjects_needs_the_subject(items, all_items):
     # lm-eval's own CMMLU task names its subject (dataset_name): only that subject's items match.
-    from cube.records.lm_eval_import import TaskRun
+    from cube.importers.lm_eval import TaskRun
 
     by_hash: dict[str, list] = {}
     for item in all_items:
@@ -455,7 +455,6 @@ def test_issue32_a_short_unique_option_in_the_logged_config_is_refused(tmp_path,
                                                                        unique_short_option):
     """Issue 32 §4: the metadata rule counted options of 12+ characters only, so a unique 5-8 character
     option in a task's config imported; now also when JSON-escaped once more."""
-    from cube.records.lm_eval_import import check_metadata_clean
 
     _, option = unique_short_option
     for planted in (f"说明：{option}", "".join(f"\\u{ord(c):04x}" for c in option)):

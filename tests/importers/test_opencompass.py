@@ -1,4 +1,4 @@
-"""Importing OpenCompass runs (cube.records.opencompass_import).
+"""Importing OpenCompass runs (cube.importers.opencompass).
 
 Three kinds of test. (1) The committed fixture, data/imported/opencompass-smollm2, written by
 ``cube import opencompass`` from a real OpenCompass 0.5.4 run (both modes): its records reproduce
@@ -23,19 +23,20 @@ import pytest
 
 from cube.config import REPO_ROOT
 from cube.errors import HarnessImportError
-from cube.records.opencompass_import import (
+from cube.importers.contract import check_metadata_clean
+from cube.importers.opencompass import (
     GEN_SCORER,
     LABELS,
     PPL_SCORER,
     accuracy_by_dataset,
     cmmlu_prompt,
     find_runs,
-    first_capital,
     import_runs,
     read_config,
     read_run,
     run_config,
 )
+from cube.protocol.scorers import extract_oc_gen
 from cube.records.store import read_manifest, read_records
 
 FIXTURE = REPO_ROOT / "data" / "imported" / "opencompass-smollm2"
@@ -97,7 +98,7 @@ def write_oc_run(folder: Path, items, uids, mode: str = "ppl", model: str = MODE
         else:
             text = generations[k] if generations is not None else " " + LABELS[item.answer]
             entry = {"origin_prompt": cmmlu_prompt(item, shots, None), "prediction": text}
-            correct = first_capital(text) == LABELS[item.answer]
+            correct = extract_oc_gen(text, LABELS) == item.answer
         entry["gold"] = LABELS[item.answer]
         folder_name = model if "/" not in model else MODEL  # a bad abbr: the files where a good one puts them
         for sub, data in (("predictions", {"0": entry}),
@@ -185,9 +186,11 @@ def test_the_config_is_read_as_a_syntax_tree_never_run(tmp_path):
     assert not marker.exists()
 
 
-def test_first_capital_is_opencompass_first_capital_postprocess():
+def test_m6_oc_is_opencompass_first_capital_postprocess():
     # opencompass.utils.text_postprocessors.first_capital_postprocess (0.5.4): for t in text: if t.isupper()
-    assert first_capital(" 答案是 b, C") == "C" and first_capital("none") == "" and first_capital("Because A") == "B"
+    # returns t; the import reads the scorer table's M6-oc, None where that capital is no label
+    assert extract_oc_gen(" 答案是 b, C", LABELS) == 2 and extract_oc_gen("none", LABELS) is None
+    assert extract_oc_gen("Because A", LABELS) == 1 and extract_oc_gen("X then A", LABELS) is None
 
 
 def test_run_config_names_opencompass_own_configs_and_refuses_a_bad_model_name(tmp_path):
@@ -426,7 +429,6 @@ def test_issue32_links_out_of_the_folder_and_fifos_are_refused(tmp_path, items):
 
 def test_issue32_a_short_unique_option_in_the_config_is_refused(tmp_path, items, unique_short_option):
     """Issue 32 §4: a unique 5-8 character option planted in an OpenCompass config imported."""
-    from cube.records.lm_eval_import import check_metadata_clean
 
     _, option = unique_short_option
     run = write_oc_run(tmp_path, items, UIDS[:1], "ppl", ppls=[[1.0, 2.0, 3.0, 4.0]])

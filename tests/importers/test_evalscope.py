@@ -1,0 +1,155 @@
+"""Importing EvalScope 1.x runs (cube.importers.evalscope).
+
+The fixture, tests/fixtures/evalscope/, is the output folder of one REAL EvalScope 1.14.1 run
+(``evalscope eval --datasets ceval``, its own C-Eval adapter: 5-shot exemplars with explanations,
+``答案：X``) of SmolLM2-135M-Instruct served by a local OpenAI-compatible server, on the hand-written
+C-Eval-format items of tests/fixtures/ceval (no benchmark text); tests/fixtures/evalscope/README.md
+says how it was made. The tests check the import against the fixture's own files, read here
+independently, and that edited copies of it are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cube.config import REPO_ROOT
+from cube.errors import HarnessImportError
+from cube.importers.contract import write_store
+from cube.importers.evalscope import ES_SCORER, IMPORTER, LABELS, describe, import_runs, read
+from cube.protocol.items import load_items
+from cube.records.store import read_manifest, read_records
+
+FIXTURE = REPO_ROOT / "tests" / "fixtures" / "evalscope"
+CEVAL = REPO_ROOT / "tests" / "fixtures" / "ceval"
+MODEL = "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="module")
+def items():
+    return load_items("ceval", CEVAL, splits=("dev", "val", "test"))
+
+
+def _reviews(folder: Path) -> list[dict]:
+    return [json.loads(line) for path in sorted(folder.glob("*/reviews/*/*.jsonl"))
+            for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _import(folder: Path, items):
+    return import_runs(read(folder).runs, items)
+
+
+def test_the_real_run_imports_with_its_decisions_and_scores(items):
+    imported = _import(FIXTURE, items)
+    reviews = _reviews(FIXTURE)
+    rows = imported.rows
+    assert len(rows) == 3 * len(reviews) and {r["scorer"] for r in rows} == {ES_SCORER, "M6-strict", "M6-lenient"}
+    # EvalScope's extracted answers, read from the reviews here, are the M6-es decisions, item for item
+    extracted = sorted(r["sample_score"]["score"]["extracted_prediction"] or "" for r in reviews)
+    mine = sorted(LABELS[r["pred"]] if r["pred"] >= 0 else "" for r in rows if r["scorer"] == ES_SCORER)
+    assert mine == extracted
+    # and their accuracy is EvalScope's: the mean of its per-sample scores, and its report's
+    values = [next(iter(r["sample_score"]["score"]["value"].values())) for r in reviews]
+    es_rows = [r for r in rows if r["scorer"] == ES_SCORER]
+    assert sum(r["correct"] for r in es_rows) == sum(values)
+    report = json.loads(next(FIXTURE.glob("*/reports/*/ceval.json")).read_text(encoding="utf-8"))
+    reported = {s["name"]: s["score"] for m in report["metrics"] for c in m["categories"] for s in c["subsets"]}
+    for key, d in imported.metadata["evalscope"]["subsets"].items():
+        assert d["reported"] == reported[d["subject"]] and abs(d["score"] - d["reported"]) < 5e-5
+    assert {r["uid"].split("/")[2] for r in rows} == {"val"} and {r["shots"] for r in rows} == {5}
+
+
+def test_the_store_keeps_the_protocol_and_no_item_text(tmp_path, items):
+    imported = _import(FIXTURE, items)
+    write_store(tmp_path / "store", imported)
+    table = read_records(tmp_path / "store", items=items)
+    meta = read_manifest(tmp_path / "store")["metadata"]["evalscope"]
+    bench = next(iter(meta["runs"].values()))["benchmarks"]["ceval"]
+    assert bench["few_shot_num"] == 5 and "答案：[LETTER]" in bench["prompt_template"]
+    for row in table.to_pylist():  # generations are scrubbed of the item's question and options
+        item = next(i for i in items if i.uid == row["uid"])
+        assert item.question not in row["generation"]
+        assert not any(len(o) >= 4 and o in row["generation"] for o in item.options)
+
+
+def test_explain_reads_the_protocol_from_the_store(items):
+    imported = _import(FIXTURE, items)
+    row = imported.rows[0]
+    protocol = describe(imported.metadata, row, [], "generation")
+    assert protocol.harness == "EvalScope" and protocol.prompt.startswith("{{5 solved examples of the subject, each with its 解析")
+    assert "问题：{{Question}}\n选项：\nA. {{A}}" in protocol.prompt
+    assert "parse_answers_zh" in describe(imported.metadata, {**row, "scorer": ES_SCORER}, [], "").extractor
+    assert protocol.aggregation.startswith("per subset")
+
+
+def _copy(tmp_path: Path) -> Path:
+    shutil.copytree(FIXTURE, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def _edit_first_review(folder: Path, change) -> None:
+    path = sorted(folder.glob("*/reviews/*/*.jsonl"))[0]
+    lines = path.read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    change(first)
+    path.write_text("\n".join([json.dumps(first, ensure_ascii=False), *lines[1:]]) + "\n", encoding="utf-8")
+
+
+def _flip_score(review: dict) -> None:
+    value = review["sample_score"]["score"]["value"]
+    key = next(iter(value))
+    value[key] = 1.0 - value[key]
+
+
+def _other_target(review: dict) -> None:
+    review["target"] = ["D" if review["target"] != ["D"] else "A"]
+
+
+def _edit_report(folder: Path) -> None:
+    path = next(folder.glob("*/reports/*/ceval.json"))
+    report = json.loads(path.read_text(encoding="utf-8"))
+    subset = report["metrics"][0]["categories"][0]["subsets"][0]
+    subset["score"] = 1.0 if subset["score"] < 0.5 else 0.0
+    path.write_text(json.dumps(report), encoding="utf-8")
+
+
+def _swap_options(folder: Path) -> None:
+    path = sorted(folder.glob("*/predictions/*/*.jsonl"))[0]
+    lines = path.read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    user = first["messages"][0]
+    head, _, tail = user["content"].rpartition("\nA. ")
+    a, rest = tail.split("\nB. ", 1)
+    b, rest = rest.split("\nC. ", 1)
+    user["content"] = f"{head}\nA. {b}\nB. {a}\nC. {rest}"
+    path.write_text("\n".join([json.dumps(first, ensure_ascii=False), *lines[1:]]) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (lambda f: _edit_first_review(f, _flip_score), "EvalScope scored"),
+    (lambda f: _edit_first_review(f, _other_target), "EvalScope's target is"),
+    (_edit_report, "but its own reviews give"),
+    (_swap_options, "the prompt's options are not item"),
+    (lambda f: shutil.rmtree(next(f.glob("*/configs"))), "no task_config*.yaml"),
+])
+def test_a_run_whose_files_disagree_is_refused(tmp_path, items, spoil, message):
+    folder = _copy(tmp_path)
+    spoil(folder)
+    with pytest.raises(HarnessImportError, match=message.replace("*", r"\*")):
+        _import(folder, items)
+
+
+def test_cube_import_evalscope_writes_the_store_and_reports(tmp_path, capsys, monkeypatch):
+    from cube import cli
+
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ["cube.commands.import_run"])
+    code = cli.main(["import", "evalscope", str(FIXTURE), "--out", str(tmp_path / "store"), "--data", str(CEVAL)])
+    out, err = capsys.readouterr()
+    n = len(_reviews(FIXTURE))
+    assert code == 0, err
+    assert out.startswith(f"imported {n} samples of 2 subset(s), model {MODEL}: {3 * n} records")
+    assert read_records(tmp_path / "store").num_rows == 3 * n
+    assert IMPORTER.name == "evalscope" and not IMPORTER.audits
