@@ -5,12 +5,34 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 FROZEN := data/predictions/audit_frozen.json
 
-.PHONY: help install system-deps vllm-env lmeval-env test-data test-models test-prereqs book-after-system-deps paper book audit test unit-test book-test smoke-test freeze bench clean
+.PHONY: help install system-deps vllm-env lmeval-env test-data test-models test-prereqs book-after-system-deps paper book audit test unit-test book-test smoke-test analysis figures check freeze bench clean
 
+# Every target, one line each (tests/test_makefile.py checks that none is missing).
 help:
-	@echo "make paper       the main job: audit + every claim notebook on the archived records + the book"
-	@echo "make test        install everything and run the whole test suite (incl. the built book in a browser)"
-	@echo "make smoke-test  seconds-long end-to-end check"
+	@echo "make paper            the main job: audit + every claim notebook on the archived records + the book"
+	@echo "make test             install everything and run the whole test suite (incl. the built book in a browser)"
+	@echo "                      (CMMLU_FROM=FILE_OR_DIR: a local copy of CMMLU where cube finds none)"
+	@echo "make smoke-test       seconds-long end-to-end check of the headline story on the committed sample"
+	@echo "make analysis         minutes: the degeneracy matrix from the tokenizers, confirmed over the archived records"
+	@echo "make figures          the three headline figures (degeneracy matrix, scorers, rank instability) as executed notebooks"
+	@echo "make check            fast, for contributors: import circles + the unit tests that need no extra installs"
+	@echo "make unit-test        the unit and integration tests (no book)"
+	@echo "make book-test        the executed notebooks (nbval) and the built site in a browser"
+	@echo "make book             the claim notebooks executed and the offline book built (_build/html)"
+	@echo "make audit            the tokenizer audit, every family x label set x answer context"
+	@echo "make freeze           re-freeze the audit prediction ($(FROZEN))"
+	@echo "make bench            every hot path's ratios, one run each (minutes)"
+	@echo "make install          .venv with cube and every extra (pip install -e '.[dev]')"
+	@echo "make system-deps      the Debian packages the book test needs (chromium, CJK fonts, Node.js)"
+	@echo "make vllm-env         .venv-vllm: vLLM (CPU build) in its own environment"
+	@echo "make lmeval-env       .venv-lmeval: lm-evaluation-harness 0.4.13 for the import test"
+	@echo "make opencompass-env  .venv-opencompass: OpenCompass 0.5.4 (not a test prerequisite)"
+	@echo "make slurm-env        Slurm and munge for the plan's one-node cluster test"
+	@echo "make test-data        CMMLU into the data home where cube finds none (CMMLU_FROM=... for a local copy)"
+	@echo "make test-models      the demo models the harness tests load, converted once"
+	@echo "make test-prereqs     everything make test needs before its tests, side by side"
+	@echo "make book-after-system-deps  make book once the system packages are in (a step of test-prereqs)"
+	@echo "make clean            remove .venv, .venv-vllm, .venv-lmeval, the builds and the executed notebooks"
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -107,6 +129,29 @@ book-test: book system-deps
 # The headline story end to end on the committed sample records (seconds).
 smoke-test: $(STAMP)
 	$(BIN)/cube smoke
+
+# The paper's `make analysis`: the degeneracy matrix recomputed from the tokenizers (and held
+# against the frozen prediction), then confirmed on every archived record, with each M1-strict
+# cell's accuracy beside its share of tie-breaks (minutes).
+analysis: $(STAMP)
+	$(BIN)/cube audit --check $(FROZEN)
+	$(BIN)/cube audit --brief --contexts zh_cue
+	$(BIN)/cube confirm data/records
+	$(BIN)/cube rescore data/records --scorer M1-strict,M1-seq --context zh_cue --shots 0 --order original
+
+# The paper's `make figures`: the three headline figures (the degeneracy matrix, the scorers'
+# accuracy on the flagged cells, the rank instability against its noise floor), drawn by the
+# claim notebooks that hold them on the archived records, into book/_executed.
+FIGURE_NOTEBOOKS := 01_tokenizer_audit 02_preregistered_tests 03_rank_instability
+figures: $(STAMP)
+	$(BIN)/cube book execute $(foreach n,$(FIGURE_NOTEBOOKS),--only $(n))
+
+# Fast, for contributors: no import circles, then the unit tests of the packages that need no
+# extra installs (no model runs, no book, no registries).
+CHECK_TESTS := tests/analysis tests/records tests/protocol tests/tokenizers tests/test_cli.py tests/test_checksums.py
+check: $(STAMP)
+	$(BIN)/python scripts/check_imports.py
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not registry" $(CHECK_TESTS)
 
 # Every hot path's ratios, measured in one run each (minutes; nothing asserts a time).
 bench: $(STAMP)

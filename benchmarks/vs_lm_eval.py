@@ -428,6 +428,9 @@ def stop(*_):
         f.write(f"{done / (time.perf_counter() - t0):.3f}")
     raise SystemExit(0)
 signal.signal(signal.SIGTERM, stop)
+a @ b
+done += 1
+open(sys.argv[3], "w").close()  # ready: imported, its handler in place, one matmul done
 while True:
     a @ b
     done += 1
@@ -446,11 +449,19 @@ class Competitor:
 
     def __enter__(self) -> Competitor:
         self.out = self.scratch / f"competitor-{len(self.rates)}.txt"
+        ready = self.scratch / f"competitor-{len(self.rates)}.ready"
         script = self.scratch / "competitor.py"
         script.write_text(COMPETITOR, encoding="utf-8")
         env = {**self.env, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
-        self.proc = subprocess.Popen([sys.executable, str(script), str(self.threads), str(self.out)], env=env)
-        time.sleep(2.0)  # past its imports: loaded before the measured run starts
+        self.proc = subprocess.Popen([sys.executable, str(script), str(self.threads), str(self.out), str(ready)],
+                                     env=env)
+        # Past its imports before the measured run starts, however long they take on a busy
+        # machine: it says so itself (a fixed sleep was too short under load, and a SIGTERM before
+        # its handler was in place lost its rate).
+        while not ready.exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the competitor process exited with {self.proc.returncode} before it started")
+            time.sleep(0.05)
         return self
 
     def __exit__(self, *exc) -> None:

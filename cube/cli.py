@@ -38,12 +38,33 @@ COMMAND_MODULES = [
 ]
 
 
+# What `cube --help` says first: for the user, not this module's developer.
+DESCRIPTION = ("cube: trustworthy multiple-choice LLM evaluation. Predict from tokenizers alone which (model, "
+               "label set, cue) cells a first-token scorer cannot score (audit), score models (run), and "
+               "rescore, confirm and explain the records. `cube COMMAND --help` for each command.")
+EPILOG = ("environment: CUBE_CONFIG_DIR a config folder of your own (a copy of the shipped one, "
+          "cube/_config, with your label sets, cues or models); CUBE_DATA where `cube data fetch` "
+          "installs benchmarks (default ~/.cache/cube/data); CUBE_BENCHMARKS a folder of benchmark folders "
+          "to read instead; CUBE_CACHE tokenizers and models (default ~/.cache/cube).")
+
+
+def plain(text: str | None) -> str | None:
+    """A module docstring as help text: its reStructuredText literals (````cube run````) as plain text."""
+    import re
+
+    return re.sub(r"``(.+?)``", r"\1", text) if text else text
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cube", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="cube", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"cube {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    for command in sub.choices.values():  # and their own subcommands (cube data fetch, ...)
+        for one in [command] + [p for a in command._actions if isinstance(a, argparse._SubParsersAction)
+                                for p in a.choices.values()]:
+            one.description = plain(one.description)
     return parser
 
 

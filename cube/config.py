@@ -1,7 +1,14 @@
-"""Locating and reading the frozen config files.
+"""Locating and reading the frozen config files, and the data the package ships.
 
-Config lives in the repository's ``config/`` folder (next to the package in an editable install);
-``CUBE_CONFIG_DIR`` points elsewhere, e.g. for a user's own study.
+The config ships inside the package (``cube/_config``, package data), so an installed wheel reads
+the same files as a clone; the clone's ``config/`` is a link to it. ``CUBE_CONFIG_DIR`` points
+elsewhere, e.g. for a user's own study: a folder holding the same files (copy
+``cube/_config`` and edit it: your own answer cues in ``templates.yaml``, label sets in
+``label_sets.yaml``, models in ``models.yaml``).
+
+The committed sample records and the frozen audit prediction, which ``cube smoke``, ``cube
+confirm`` and ``cube simulate`` read by default, ship the same way (``cube/_data``; the clone's
+``data/sample`` and ``data/predictions`` link to them).
 """
 
 from __future__ import annotations
@@ -12,11 +19,19 @@ from typing import Any
 
 from cube.errors import ConfigError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = Path(__file__).resolve().parent
+# The clone in a development checkout; in an installed wheel, the site-packages folder (only the
+# clone's own paths, the book and the archived records, are read from here).
+REPO_ROOT = PACKAGE_DIR.parent
+PACKAGED_CONFIG = PACKAGE_DIR / "_config"
+PACKAGED_DATA = PACKAGE_DIR / "_data"
+SAMPLE_RECORDS = PACKAGED_DATA / "sample"
+FROZEN_PREDICTION = PACKAGED_DATA / "predictions" / "audit_frozen.json"
 
 
 def config_dir() -> Path:
-    return Path(os.environ.get("CUBE_CONFIG_DIR", REPO_ROOT / "config"))
+    """``$CUBE_CONFIG_DIR`` where set, else the config shipped in the package."""
+    return Path(os.environ.get("CUBE_CONFIG_DIR") or PACKAGED_CONFIG)
 
 
 def load_yaml(path: str | Path) -> Any:

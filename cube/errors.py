@@ -20,6 +20,11 @@ class ConfigError(CubeError):
     """A config file, label set, template or CLI value is malformed."""
 
 
+class PrecisionMismatch(ConfigError):
+    """Two slices paired for a comparison were scored in different precisions (bf16 against fp32
+    moves log-likelihoods enough to flip the few discordant items a paired test rests on)."""
+
+
 class SourceError(CubeError):
     """A tokenizer or model source cannot be resolved, fetched or parsed."""
 

@@ -32,3 +32,24 @@ def test_output_to_a_full_disk_is_one_line_and_exit_2():
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines() == [
         "cube: error: No space left on device; free some space and run the command again"]
+
+
+def test_help_speaks_to_a_user_without_rst_literals():
+    """Issue 36 §6: `cube --help` opened with this module's developer docstring, five commands'
+    descriptions leaked reStructuredText's double backticks, and import named lm-eval only."""
+    import argparse
+
+    from cube.cli import build_parser
+
+    parser = build_parser()
+    top = parser.format_help()
+    assert "console command" not in top and top.split("\n\n")[1].startswith("cube: trustworthy multiple-choice")
+    assert "CUBE_CONFIG_DIR" in top and "~/.cache/cube/data" in top
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    pages = {name: p.format_help() for name, p in sub.choices.items()}
+    for name, command in sub.choices.items():
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                pages.update({f"{name} {n}": p.format_help() for n, p in action.choices.items()})
+    assert [name for name, page in pages.items() if "``" in page] == []
+    assert "opencompass" in top.lower() and "lm-eval" in top

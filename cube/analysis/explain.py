@@ -244,6 +244,10 @@ def _classes(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray, discordan
         parts = [f"the slices differ in {' and '.join(differing)}"] if differing else []
         if unknown:
             parts.append(f"the records do not say whether they differ in {' and '.join(unknown)}")
+        apart = differing + unknown
+        if len(apart) > 1:  # what would separate them: a run that changes one alone
+            parts.append(f"a third slice that differs from A in {apart[0]} alone separates the factors (e.g. cube "
+                         "run with the other harness's prompt as a cue of its own); explain it against A and B")
         notes["remainder"] = f"{NOT_IDENTIFIABLE}: {'; '.join(parts)}"
         notes.update({d: NOT_IDENTIFIABLE for d in differing + unknown})
     else:
@@ -255,7 +259,7 @@ def _classes(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray, discordan
 
 def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
     """The gap from slice A to slice B, decomposed; see the module docstring for the path."""
-    paired = pair(a.table, b.table)
+    paired = pair(a.table, b.table, allow_mixed_precision=True)  # explain names precision as a factor
     uid_a = a.table.column("uid").combine_chunks()
     uid_b = b.table.column("uid").combine_chunks()
     common = pa.array(paired.uid, type=pa.string())
@@ -323,7 +327,10 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
             status = "unattributed"  # the items no named factor can take, with the reason why
         detail = ""
         if name in protocol:
-            detail = f"A {protocol[name]['a']}; B {protocol[name]['b']}"
+            # a side the factor does not apply to (a generation scores no label tokens) says so, not None
+            shown_a, shown_b = (v if v is not None else "not applicable (e.g. a generation scores no label tokens)"
+                                for v in (protocol[name]["a"], protocol[name]["b"]))
+            detail = f"A {shown_a}; B {shown_b}"
             if protocol[name].get("records", "unknown") != "unknown":
                 detail += f"; the label tokens in the records: {protocol[name]['records']}"
             if status == "no difference" and protocol[name].get("by_audit"):
@@ -407,7 +414,12 @@ def _weights_of(in_set: np.ndarray, subject: np.ndarray, aggregation: str) -> li
 # From slice specs to an explanation, and its JSON
 # --------------------------------------------------------------------------------------------
 
-FROZEN_AUDIT = Path("data") / "predictions" / "audit_frozen.json"
+def _records_dtype(table: pa.Table) -> str | None:
+    """The precision the records themselves carry (schema 2; a schema-1 shard's from its run log):
+    what a cell scored before manifests recorded cells is known by."""
+    from cube.analysis.rescore import slice_precision
+
+    return slice_precision(table)
 
 
 def _cell_dtype(manifest: Mapping[str, Any], cell: Mapping[str, Any]) -> str | None:
@@ -425,11 +437,11 @@ def explain_slices(spec_a: SliceSpec, spec_b: SliceSpec, allow_incomplete: bool 
     imported store carries its own audit in its manifest.
     """
     from cube.analysis.confirm import model_families
-    from cube.config import REPO_ROOT
+    from cube.config import FROZEN_PREDICTION
     from cube.records.store import read_manifest, read_records
     from cube.tokenizers.audit import read_prediction
 
-    frozen_path = REPO_ROOT / FROZEN_AUDIT
+    frozen_path = FROZEN_PREDICTION
     frozen = read_prediction(frozen_path) if frozen_path.is_file() else None
     tables: dict[Path, pa.Table] = {}
     sides = []
@@ -443,7 +455,7 @@ def explain_slices(spec_a: SliceSpec, spec_b: SliceSpec, allow_incomplete: bool 
         family = model_families(manifest).get(cell["model"])
         contexts = pc.unique(table.column("context")).to_pylist()
         sides.append(Side(spec.text, table, spec.aggregation, describe(manifest, cell, frozen, family, contexts),
-                          _cell_dtype(manifest, cell)))
+                          _cell_dtype(manifest, cell) or _records_dtype(table)))
     return explain(sides[0], sides[1], B=B, seed=seed)
 
 

@@ -51,7 +51,7 @@ from cube.analysis.stats import (
     stratified_wilson_interval,
     wilson_interval,
 )
-from cube.errors import ConfigError, RecordsError
+from cube.errors import ConfigError, PrecisionMismatch, RecordsError
 from cube.protocol.taxonomy import Taxonomy, load_taxonomy, taxonomy_for_benchmark
 from cube.records.schema import GENERATION_RECORD_SCORERS
 from cube.records.store import column_codes, group_ids, list_matrix
@@ -398,6 +398,34 @@ def one_per_item(table: pa.Table, name: str) -> pa.Table:
     return table
 
 
+def slice_precision(table: pa.Table) -> str | None:
+    """The one precision a slice's records were scored in; None where no record says (an import
+    that did not record it). Several in one slice are named, joined by '+'."""
+    if "dtype" not in table.column_names:
+        return None
+    known = sorted(v for v in pc.unique(table.column("dtype")).to_pylist() if v is not None)
+    return "+".join(known) if known else None
+
+
+def check_one_precision(table_a: pa.Table, table_b: pa.Table, allow_mixed_precision: bool = False) -> str:
+    """What precision a paired comparison of the two slices compares, as a reader is told it:
+    ``"bfloat16"``; ``"not recorded"``; or, only with ``allow_mixed_precision``,
+    ``"mixed: A bfloat16, B float32"``. Two slices whose recorded precisions differ are refused
+    otherwise (:class:`PrecisionMismatch`), naming both and how to proceed: a paired test's
+    discordant items are the ones a precision's rounding can flip."""
+    a, b = slice_precision(table_a), slice_precision(table_b)
+    if a is None or b is None:
+        return a or b or "not recorded"
+    if a == b and "+" not in a:
+        return a
+    if not allow_mixed_precision:
+        raise PrecisionMismatch(
+            f"slice A was scored in {a} and slice B in {b}: a paired comparison needs one precision; "
+            "re-run one side with the other's --dtype, or pass allow_mixed_precision "
+            "(--allow-mixed-precision) to compare them anyway, which the result then says")
+    return f"mixed: A {a}, B {b}"
+
+
 @dataclass(frozen=True)
 class Paired:
     """Outcomes of two slices on their common items, aligned by uid."""
@@ -408,12 +436,16 @@ class Paired:
     correct_b: np.ndarray
     only_a: int  # items slice A has and B lacks
     only_b: int
+    precision: str = "not recorded"  # check_one_precision: what the pair compares
 
 
-def pair(table_a: pa.Table, table_b: pa.Table) -> Paired:
-    """Align two one-cell slices by uid; items only one slice has are counted, then dropped."""
+def pair(table_a: pa.Table, table_b: pa.Table, allow_mixed_precision: bool = False) -> Paired:
+    """Align two one-cell slices by uid; items only one slice has are counted, then dropped.
+    Slices of two recorded precisions are refused unless ``allow_mixed_precision``
+    (``check_one_precision``); ``Paired.precision`` says what was compared."""
     one_per_item(table_a, "A")
     one_per_item(table_b, "B")
+    precision = check_one_precision(table_a, table_b, allow_mixed_precision)
     uid_a = table_a.column("uid").combine_chunks()
     where_b = pc.index_in(uid_a, value_set=table_b.column("uid").combine_chunks())
     found = where_b.is_valid().to_numpy(zero_copy_only=False)
@@ -425,7 +457,7 @@ def pair(table_a: pa.Table, table_b: pa.Table) -> Paired:
     subject = np.asarray(table_a.column("subject").to_pylist(), dtype=object)[found]
     uids = uid_a.filter(pa.array(found)).to_pylist()
     return Paired(uids, subject, correct_a, correct_b, int((~found).sum()),
-                  table_b.num_rows - int(found.sum()))
+                  table_b.num_rows - int(found.sum()), precision)
 
 
 @dataclass(frozen=True)
@@ -436,9 +468,11 @@ class Regression:
     overall: dict[str, Any]
     only_a: int
     only_b: int
+    precision: str = "not recorded"  # what the pair compares (``check_one_precision``)
 
 
-def regression_table(table_a: pa.Table, table_b: pa.Table, mid_p: bool = False) -> Regression:
+def regression_table(table_a: pa.Table, table_b: pa.Table, mid_p: bool = False,
+                     allow_mixed_precision: bool = False) -> Regression:
     """Per-subject accuracy deltas ``B - A`` with exact McNemar p-values, worst first.
 
     Sorted by delta ascending (largest drop on top), then by p-value, then by subject, so the
@@ -448,8 +482,9 @@ def regression_table(table_a: pa.Table, table_b: pa.Table, mid_p: bool = False) 
     has, where a bootstrap of a handful of pairs does not; and ``p_holm``, the p-value
     Holm-adjusted over the subjects: with 67 subjects about 3 unadjusted p-values fall below
     0.05 by chance alone, so only ``p_holm`` supports saying that a given subject changed.
+    Slices of two precisions are refused unless ``allow_mixed_precision`` (``pair``).
     """
-    paired = pair(table_a, table_b)
+    paired = pair(table_a, table_b, allow_mixed_precision)
     subjects, inverse = np.unique(paired.subject.astype(str), return_inverse=True)
     order = np.argsort(inverse, kind="stable")
     bounds = np.searchsorted(inverse[order], np.arange(len(subjects) + 1))
@@ -490,7 +525,7 @@ def regression_table(table_a: pa.Table, table_b: pa.Table, mid_p: bool = False) 
         "b_only_right": test.c,
         "p_value": test.p_value,
     }
-    return Regression(table, overall, paired.only_a, paired.only_b)
+    return Regression(table, overall, paired.only_a, paired.only_b, paired.precision)
 
 
 # --------------------------------------------------------------------------------------------

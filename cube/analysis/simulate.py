@@ -51,7 +51,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from cube.analysis.confirm import predicted_cells
-from cube.config import REPO_ROOT
+from cube.config import FROZEN_PREDICTION
 from cube.errors import ConfigError, RecordsError
 from cube.models_config import study_checkpoints
 from cube.protocol.items import allocate_per_subject
@@ -64,7 +64,7 @@ SIM_PREFIX = "sim-"
 SIM_BENCHMARK = "sim"
 SIM_ITEMS = 12_925
 N_OPTIONS = 4
-DEFAULT_PREDICTION = REPO_ROOT / "data" / "predictions" / "audit_frozen.json"
+DEFAULT_PREDICTION = FROZEN_PREDICTION
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ def _wanted_sources(families: list[str] | None, own: dict[str, str], pins: dict[
     config = models_config()
     wanted = {f: config.family(f) for f in (families or ([] if own else list(config.families)))}
     for name, spec in own.items():
-        wanted[name] = TokenizerFamily(name, TokenizerSource(spec, pins.get(name)))
+        wanted[name] = TokenizerFamily(name, TokenizerSource(*_own_source(spec, pins.get(name))))
     offline_sources, sources, skipped = {}, {}, {}
     for family, entry in wanted.items():
         if entry.offline is None:
@@ -78,6 +78,20 @@ def _wanted_sources(families: list[str] | None, own: dict[str, str], pins: dict[
         # so a prediction says it ran remote code
         sources[family] = offline_sources[family] = entry.offline.as_dict()
     return offline_sources, sources, skipped
+
+
+def _own_source(spec: str, pin: str | None) -> tuple[str, str | None]:
+    """A user's ``--tokenizer`` source as a prediction records it: a local file by its absolute
+    path and its sha256 (pinned at the freeze unless given), so that ``--check`` finds the same
+    file from any folder and refuses another one under its name."""
+    from cube.checksums import sha256_file
+
+    if spec.startswith(("hf:", "npm:", "pypi:")):
+        return spec, pin
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return str(path.resolve()), pin or sha256_file(path)
+    return spec, pin
 
 
 def _audit_family(family: str, offline: dict, label_sets, contexts) -> list:
@@ -172,7 +186,18 @@ def run(args: argparse.Namespace) -> int:
         contexts = load_contexts(args.contexts)
         families = args.families
     own = _pairs(args.tokenizer, "--tokenizer")
-    offline_sources, sources, skipped = _wanted_sources(families, own, _pairs(args.sha256, "--sha256"))
+    pins = _pairs(args.sha256, "--sha256")
+    if frozen:  # a user's own tokenizers (`--freeze` with --tokenizer NAME=...) re-audited from their recorded source
+        from cube.models_config import models_config
+
+        study = set(models_config().families)
+        for family, source in frozen["sources"].items():
+            if family not in study and family not in own:
+                own[family] = str(source.get("spec") or "")
+                if source.get("sha256") and family not in pins:
+                    pins[family] = source["sha256"]
+        families = [f for f in families if f in study]
+    offline_sources, sources, skipped = _wanted_sources(families, own, pins)
     cells = _audit_families(offline_sources, label_sets, contexts)
     doc = prediction_document(cells, label_sets, contexts, sources, skipped)
 

@@ -81,6 +81,31 @@ def shown(path) -> str:
         return str(path)
 
 
+def reader_label_set_summary(overrides: dict) -> list[str]:
+    """One line per label set of a reader's own (``--param extra_label_sets=[...]``): which
+    tokenizer families it degenerates for at the default cue, from the tokenizers alone, so that a
+    reader's run says its finding without the notebook being opened."""
+    extra = overrides.get("extra_label_sets") or []
+    if not extra:
+        return []
+    from cube.commands.audit import _audit_families, _wanted_sources
+    from cube.protocol.label_sets import parse_label_set
+    from cube.protocol.prompts import load_contexts
+
+    label_sets = [parse_label_set(spec) for spec in extra]
+    offline, _, skipped = _wanted_sources(None, {}, {})
+    cells = _audit_families(offline, label_sets, load_contexts(["zh_cue"]))
+    lines = []
+    for label_set in label_sets:
+        mine = [c for c in cells if c.label_set == label_set.name]
+        degenerate = [c.family for c in mine if c.degenerate]
+        distinct = [c.family for c in mine if not c.degenerate]
+        lines.append(f"your label set {label_set.name} ({','.join(label_set.labels)}) at zh_cue: DEGEN for "
+                     f"{', '.join(degenerate) or 'no family'}; distinct for {', '.join(distinct) or 'no family'}"
+                     f" ({len(skipped)} families without an offline tokenizer not audited)")
+    return lines
+
+
 def run_execute(args: argparse.Namespace) -> int:
     if not getattr(args, "allow_incomplete", False):
         return _execute(args)
@@ -122,6 +147,9 @@ def _execute(args: argparse.Namespace) -> int:
                   f"(partial run: {shown(out_dir / 'failed' / f'{run.name}.ipynb')})", file=sys.stderr)
             return 1
         print(f"executed {run.name} -> {shown(out)} ({time.perf_counter() - start:.1f} s)")
+        if args.run_name:  # a reader's own run: its finding in one line per label set of theirs
+            for line in reader_label_set_summary(overrides):
+                print(line)
     print(f"{len(runs)} notebook run(s) in {time.perf_counter() - total:.1f} s")
     return 0
 

@@ -26,8 +26,9 @@ def register(subparsers) -> None:
         description=__doc__.splitlines()[0],
     )
     parser.add_argument("records", help="records folder (holds MANIFEST.json)")
-    parser.add_argument("--prediction", default="data/predictions/audit_frozen.json",
-                        help="frozen prediction from `cube audit --freeze`")
+    parser.add_argument("--prediction", default=None,
+                        help="frozen prediction from `cube audit --freeze` (default: the study's, "
+                             "data/predictions/audit_frozen.json, shipped with cube: found from any folder)")
     parser.add_argument("--run-audit", action="store_true",
                         help="check each model against the audit its own `cube run` made on its tokenizer before "
                              "the weights loaded (logged in the run log), instead of --prediction")
@@ -55,6 +56,22 @@ def run_audit_prediction(records) -> tuple[dict, dict[str, str]]:
         raise ConfigError(f"{records}: no run log carries an audit (runs before cube audited them); "
                           "use --prediction with a frozen audit")
     return run_prediction(logged), {model: model for model in logged}
+
+
+def nothing_predicted(records, report, prediction, families) -> str:
+    """Why none of a store's cells has a prediction to check, and what to give so one has."""
+    from cube.analysis.confirm import predicted_cells
+
+    models = sorted({c.observed.model for c in report.cells})
+    known = sorted({family for family, *_ in predicted_cells(prediction)})
+    unnamed = [m for m in models if m not in families]
+    if unnamed:
+        why = f"the tokenizer family of {', '.join(unnamed)} is unknown"
+    else:
+        why = "the prediction has none of its (family, label set, cue) cells"
+    return (f"{records}: nothing to confirm: {why}; name it with --family MODEL=FAMILY (the prediction's "
+            f"families: {', '.join(known)}), or freeze an audit of its own tokenizer (`cube audit --tokenizer "
+            "NAME=path/to/tokenizer.json --freeze FILE`) and pass --prediction FILE --family MODEL=NAME")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,11 +105,16 @@ def run(args: argparse.Namespace) -> int:
         prediction, families = run_audit_prediction(args.records)
         families.update(extra)
     else:
-        prediction = read_prediction(Path(args.prediction))
+        from cube.config import FROZEN_PREDICTION
+
+        prediction = read_prediction(Path(args.prediction) if args.prediction else FROZEN_PREDICTION)
         families = model_families(read_manifest(args.records), extra)
     report = confirm(table, prediction, families)
     if not report.cells:
-        raise ConfigError(f"{args.records}: no M1-strict records; nothing to confirm")
+        raise ConfigError(f"{args.records}: no M1-strict records; nothing to confirm (run with --scorers M1-strict, "
+                          "the first-token scorer whose ties the audit predicts)")
+    if report.predicted == 0:  # every cell unpredicted: a 0/0 is no confirmation
+        raise ConfigError(nothing_predicted(args.records, report, prediction, families))
     effects = tiebreak_effects(table, [c.observed for c in partial_cells(report)])
     if args.json:
         print(json.dumps(report_json(report, effects) | {"warnings": incomplete}, ensure_ascii=False, indent=1))

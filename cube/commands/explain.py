@@ -57,7 +57,7 @@ def format_explanation(data: dict, subjects: int = 10) -> str:
     a, b, items, paired = data["a"], data["b"], data["items"], data["paired"]
     lines = []
     for name, side in (("A", a), ("B", b)):
-        c = side["cell"]
+        c = {k: ("-" if v is None else v) for k, v in side["cell"].items()}  # a generation slice has no label set
         lines.append(f"{name}: {c['model']} | {c['scorer']} | {c['label_set']} | {c['context']} | "
                      f"{c['shots']}-shot | {c['order']} ({c['benchmark']}), {side['aggregation']}: "
                      f"{side['score']['value']:.4f} on {side['items']} items")
@@ -72,7 +72,7 @@ def format_explanation(data: dict, subjects: int = 10) -> str:
         lines.append(f"one scorer on byte-equal prompts: the largest |score A - score B| of an option on a common item "
                      f"is {data['max_score_difference']:.3g}")
     lines.append("")
-    lines.append(f"{'factor':<21} {'share':>10} {'over orders':>23} {'items':>5}  status")
+    lines.append(f"{'factor':<21} {'share':>10} {'range over path orders':>23} {'flips':>5}  status")
     for f in data["factors"]:
         spread = f"[{_pct(f['order_low']['value'])}, {_pct(f['order_high']['value'])}]"
         lines.append(f"{f['name']:<21} {_pct(f['share']['value']):>10} {spread:>23} {f['items']:>5}  {f['status']}")
@@ -80,6 +80,9 @@ def format_explanation(data: dict, subjects: int = 10) -> str:
             lines.append(f"{'':<21}   {f['detail']}")
     lines.append(f"{'sum':<21} {_pct(sum(f['share']['value'] for f in data['factors'])):>10}  "
                  "(the path sample -> aggregation -> outcomes; the factors sum to the gap exactly)")
+    lines.append("(range over path orders: the least and greatest share over every order of the factors on the "
+                 "path; flips: common items whose right/wrong the factor changes, so items only in A or B count "
+                 "under sample's detail, not here)")
     if data["prompt_diff"]:
         lines.append("")
         lines.append("prompt, placeholders for the item's text (changed lines, A then B):")

@@ -153,11 +153,11 @@ def _items(root: Path | None):
 def run_build(args: argparse.Namespace) -> int:
     import time
 
-    from cube.config import REPO_ROOT
+    from cube.config import FROZEN_PREDICTION
     from cube.release.bundle import build_bundle
 
     start = time.perf_counter()
-    prediction = args.prediction if args.prediction is not None else REPO_ROOT / DEFAULT_PREDICTION
+    prediction = args.prediction if args.prediction is not None else FROZEN_PREDICTION
     result = build_bundle(args.records, args.out, _items(args.items), prediction,
                           force=args.force, allow_incomplete=args.allow_incomplete)
     s = result.scrub

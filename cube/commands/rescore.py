@@ -38,12 +38,17 @@ def register(subparsers) -> None:
     for dest, flag in SLICE_OPTIONS:
         parser.add_argument(flag, dest=dest, action="extend", metavar=dest.upper(),
                             type=comma_list(flag, int if dest == "shots" else str),
-                            help=f"keep only these {dest.replace('_', ' ')}s (comma-separated; repeatable)")
+                            help=f"keep only these {'shots' if dest == 'shots' else dest.replace('_', ' ') + 's'} "
+                                 "(comma-separated; repeatable)")
     parser.add_argument("--level", choices=("subject", "category", "overall"), default="overall")
     parser.add_argument("--taxonomy", choices=("cmmlu", "ceval"), default=None,
                         help="subject categories (default: each benchmark's own)")
     parser.add_argument("--versus", nargs="+", metavar="FIELD=VALUE",
-                        help="regression table against the slice with these fields replaced")
+                        help="regression table against the slice with these fields replaced; FIELD one of "
+                             f"{', '.join(dest for dest, _ in SLICE_OPTIONS)}, e.g. --versus label_set=L4_circled")
+    parser.add_argument("--allow-mixed-precision", action="store_true",
+                        help="with --versus: compare slices scored in different precisions (refused "
+                             "otherwise: bf16 against fp32 can flip the discordant items); the output says so")
     parser.add_argument("--versus-records", metavar="DIR",
                         help="take the --versus slice from another records folder")
     parser.add_argument("--calibration", action="store_true",
@@ -162,6 +167,26 @@ def format_regression(regression) -> str:
     return "\n".join(lines)
 
 
+def no_match(table, filters: dict) -> str:
+    """Why a slice is empty, and what to ask for instead: the values the store holds of each
+    option that was given, or that the store holds nothing yet."""
+    if table.num_rows == 0:
+        return ("the store holds no records yet (a run that wrote no shard); run `cube run ... --out` into it "
+                "first, or give the folder a finished run wrote")
+    held, flags = [], []
+    for field, wanted in filters.items():
+        if field in table.column_names:
+            values = sorted({v for v in table.column(field).to_pylist() if v is not None}, key=str)
+            if not set(wanted) & set(values):
+                held.append(f"{field} {', '.join(map(str, values))}")
+                flags.append("--" + field.replace("_", "-"))
+    if not held:
+        return (f"no records match {filters}: the store holds each value, but not in one cell; "
+                "leave one of the options out to see which cells there are")
+    return (f"no records match {filters}: the store holds {'; '.join(held)}; choose from those "
+            f"({', '.join(flags)}), or leave the option out for all")
+
+
 def run(args: argparse.Namespace) -> int:
     from cube.analysis.rescore import calibration, filters_from, regression_table, rescore, select
     from cube.errors import ConfigError
@@ -175,20 +200,21 @@ def run(args: argparse.Namespace) -> int:
     filters = filters_from(vars(args))
     sliced = select(table, **filters)
     if sliced.num_rows == 0:
-        raise ConfigError(f"{args.records}: no records match {filters or 'the slice'}")
+        raise ConfigError(f"{args.records}: {no_match(table, filters)}")
 
     if args.versus:
         other = load(args.versus_records, args, allow_incomplete=True) if args.versus_records else table
         other_filters = _versus_filters(args.versus, filters)
         other_slice = select(other, **other_filters)
-        regression = regression_table(sliced, other_slice)
+        regression = regression_table(sliced, other_slice, allow_mixed_precision=args.allow_mixed_precision)
         if args.json:
             print(json.dumps({"a": filters, "b": other_filters, "warnings": incomplete,
+                              "precision": regression.precision,
                               "rows": regression.rows.to_pylist(), "overall": regression.overall,
                               "only_a": regression.only_a, "only_b": regression.only_b},
                              ensure_ascii=False, indent=1))
         else:
-            print(f"A: {filters}\nB: {other_filters}")
+            print(f"A: {filters}\nB: {other_filters}\nprecision: {regression.precision}")
             print(format_regression(regression))
         return 0
 

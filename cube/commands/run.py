@@ -20,7 +20,8 @@ def scorers_help() -> str:
     need pyarrow, which the tokenizer audit's install lacks."""
     from cube.protocol.scorers import run_scorers
 
-    return f"comma-separated, of: {','.join(run_scorers())} (the scorer table: README, Scoring models)"
+    return (f"comma-separated, of: {','.join(run_scorers())} (default {','.join(D('scorers'))}; the scorer "
+            "table: README, Scoring models)")
 
 
 def register(subparsers) -> None:
@@ -28,37 +29,53 @@ def register(subparsers) -> None:
     p.add_argument("--model", required=True,
                    help="a demo model name (config/models.yaml demo_models), a Hugging Face folder, a .gguf file, "
                         "or hf:ORG/NAME@<40-hex commit> (README: Your own model)")
-    p.add_argument("--benchmark", default=D("benchmark"), choices=["cmmlu", "ceval"])
-    p.add_argument("--split", default=D("split"))
+    p.add_argument("--benchmark", default=D("benchmark"), choices=["cmmlu", "ceval"],
+                   help=f"the benchmark (default {D('benchmark')})")
+    p.add_argument("--split", default=D("split"), help=f"the split whose items are scored (default {D('split')})")
     p.add_argument("--data", type=Path, help="benchmark folder (default: the lookup of `cube data list`)")
-    p.add_argument("--sample", type=int, help="stratified sample size (every subject represented)")
-    p.add_argument("--seed", type=random_seed(), default=D("seed"))
+    p.add_argument("--sample", type=int,
+                   help="stratified sample size (every subject represented; below 67, N subjects with one item "
+                        "each); left out, every item of the split: all 11,582 CMMLU test items")
+    p.add_argument("--seed", type=random_seed(), default=D("seed"),
+                   help=f"the sample's random seed (default {D('seed')})")
     p.add_argument("--within", type=int, metavar="N",
                    help="draw --sample from the stratified sample of N items (same seed), so that a "
                         "subset run (CoT, 5-shot) shares its items with the full run")
     p.add_argument("--subjects", type=comma_list("--subjects"), help="comma-separated subjects (default: all)")
-    p.add_argument("--label-sets", type=comma_list("--label-sets"), default=",".join(D("label_sets")))
+    p.add_argument("--label-sets", type=comma_list("--label-sets"), default=",".join(D("label_sets")),
+                   help=f"comma-separated label sets (default {','.join(D('label_sets'))}; the study's: L1_halfwidth, "
+                        "L2_fullwidth, L3_ganzhi, L4_circled). Your own: add it to label_sets.yaml in a copy of "
+                        "the config folder and point CUBE_CONFIG_DIR at it (README: Your own label sets and cues)")
     p.add_argument("--scorers", type=comma_list("--scorers"), default=",".join(D("scorers")),
                    help=scorers_help())
     p.add_argument("--shots", type=comma_list("--shots", int), default=",".join(map(str, D("shots"))),
-                   help="comma-separated, e.g. 0,5")
+                   help=f"comma-separated shot counts, e.g. 0,5 (default {','.join(map(str, D('shots')))})")
     p.add_argument("--cues", "--contexts", dest="contexts", type=comma_list("--cues"),
-                   default=",".join(D("contexts")), help="answer contexts")
+                   default=",".join(D("contexts")),
+                   help=f"answer contexts (cues) from templates.yaml (default {','.join(D('contexts'))}); your "
+                        "own: in a copy of the config folder under CUBE_CONFIG_DIR")
     p.add_argument("--orders", type=comma_list("--orders"), default=",".join(D("orders")),
-                   help="original,shift1,...")
+                   help=f"option orders, e.g. original,shift1 (default {','.join(D('orders'))})")
     p.add_argument("--chat-template", dest="chat_templates", type=comma_list("--chat-template"),
                    default=",".join(D("chat_templates")),
                    help="none (the plain prompt, default) and/or model: the prompt as the user turn of the "
                         "checkpoint's own chat template, the answer cue opening the assistant turn (a cell axis)")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--backend", default=D("backend"), choices=list(BACKENDS))
+    p.add_argument("--out", type=Path, required=True,
+                   help="the records folder (a new one, or the store of a run to resume: the same command resumes it)")
+    p.add_argument("--backend", default=D("backend"), choices=list(BACKENDS),
+                   help=f"the engine (default {D('backend')}; vllm runs from its own environment, .venv-vllm)")
     p.add_argument("--dtype", default=D("dtype"), choices=["auto", "bfloat16", "float32"],
-                   help="auto (default): bf16 only where the CPU has a native bf16 unit that a probe "
-                        "confirms faster, or on a CUDA device with bf16; fp32 otherwise (logged with why)")
-    p.add_argument("--device", default=D("device"))
-    p.add_argument("--batch-size", type=int, default=D("batch_size"))
-    p.add_argument("--shard-size", type=int, default=D("shard_size"), help="items per record shard")
-    p.add_argument("--shard", default="{}/{}".format(*D("shard")), help="K/N: run only chunks with index %% N == K")
+                   help="auto (default): on a store that holds records, the dtype they were written in; else "
+                        "bf16 only where the CPU has a native bf16 unit that a probe confirms clearly faster, or "
+                        "on a CUDA device with bf16; fp32 otherwise (logged with why)")
+    p.add_argument("--device", default=D("device"), help=f"cpu, cuda, cuda:N or mps (default {D('device')})")
+    p.add_argument("--batch-size", type=int, default=D("batch_size"),
+                   help=f"requests per forward pass (default {D('batch_size')}); changes scores only by "
+                        "floating-point noise, so a resume may use another")
+    p.add_argument("--shard-size", type=int, default=D("shard_size"),
+                   help=f"items per record shard (default {D('shard_size')})")
+    p.add_argument("--shard", default="{}/{}".format(*D("shard")),
+                   help="K/N: run only chunks with index %% N == K (default 0/1: all)")
     p.add_argument("--max-new-tokens", type=int, help="generation length (default from templates)")
     p.add_argument("--strict-audit", action="store_true",
                    help="fail before the model loads if M1-strict is asked for on a cell the audit calls DEGEN "

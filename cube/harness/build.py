@@ -39,14 +39,16 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     error). Nothing here loads weights; a demo or GGUF model may be converted once, an hf: one
     downloaded once.
     """
+    from cube.harness.backends import check_backend
     from cube.harness.model_spec import check_fits, parameter_count
-    from cube.harness.precision import check_device, choose_dtype
+    from cube.harness.precision import check_device, choose_dtype, recorded_dtype
     from cube.protocol.items import default_benchmark_root, load_items, stratified_sample
     from cube.protocol.label_sets import select_label_sets
     from cube.protocol.prompts import Cell
     from cube.records.leakage import build_index
 
     check_device(config.device)  # before items and the model load (torch's own errors are tracebacks)
+    check_backend(config.backend)  # a missing vLLM: one line on how to get it, before items and the probe
     if model is None:
         model = model_of(config)  # a bad SPEC fails here, not at load
     check_contexts(config.contexts)
@@ -69,7 +71,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     if set(config.scorers) & set(GENERATION_SCORERS):  # generations are scrubbed of every item's text
         splits = [s for s in ("dev", "val", "test") if (Path(root) / s).is_dir()]
         index = build_index(load_items(config.benchmark, root, splits=splits))
-    precision = choose_dtype(config.dtype, config.device)
+    precision = choose_dtype(config.dtype, config.device, recorded=recorded_dtype(config.out, model.name))
     identity = model.identity()  # hashed in full: the folder's files, or the GGUF file
     if model.kind in ("folder", "hub"):  # a demo or GGUF model's folder is checked once converted (load_model)
         check_fits(model.name, parameter_count(model.folder()), precision.dtype, config.device)

@@ -276,6 +276,11 @@ def _hub_folder(spec: ModelSpec) -> Path:
     except ImportError:
         raise SourceError(f"{spec.text}: hf: models need huggingface_hub (pip install -e '.[harness]')") from None
     patterns = HUB_PATTERNS + (["*.py"] if spec.trust_remote_code else [])
+    cached = hub_cache() / f"models--{spec.repo.replace('/', '--')}" / "snapshots" / str(spec.revision)
+    if not cached.is_dir():  # a snapshot in the cache needs no network
+        from cube.tokenizers.sources import check_hub_reachable
+
+        check_hub_reachable(spec.text)
     try:
         path = snapshot_download(spec.repo, revision=spec.revision, cache_dir=hub_cache(), allow_patterns=patterns)
     except Exception as exc:  # network, auth, missing repo or revision, offline without the snapshot
@@ -394,7 +399,8 @@ def parse_model(text: str, trust_remote_code: bool = False) -> ModelSpec:
         raise ConfigError(f"--model {text!r} is a file but not a .gguf; give a .gguf file, a Hugging Face folder, "
                           "hf:ORG/NAME@<commit> or a demo model")
     raise ConfigError(f"unknown model {text!r}: not a demo model ({', '.join(sorted(config.demo_models))}), "
-                      "a folder, a .gguf file or hf:ORG/NAME@<40-hex commit>")
+                      "a folder, a .gguf file or hf:ORG/NAME@<40-hex commit>; give one of these demo names, the "
+                      "path of your model's folder or .gguf file, or a pinned hub id (README: Your own model)")
 
 
 def model_tokenizer_spec(text: str, trust_remote_code: bool = False) -> tuple[str, object]:

@@ -34,7 +34,7 @@ import numpy as np
 from cube import __version__
 from cube.atomic import atomic_write_text, temp_files
 from cube.errors import ConfigError
-from cube.harness.backends.base import Backend, ContinuationLogprobs, ScoreRequest
+from cube.harness.backends.base import Backend, ContinuationLogprobs, GenerationResult, ScoreRequest
 from cube.harness.run_config import RECORDED_SETTINGS, RunConfig, RunSettings  # noqa: F401
 from cube.harness.threads import thread_log
 from cube.protocol.chat import MODEL_CHAT, NO_CHAT, record_context
@@ -85,16 +85,18 @@ class RunSpec:
     def config_hash(self) -> str:
         """The run's one identity: a digest of what a resume compares (``cell_configs``).
 
-        Version 2 (``CONFIG_HASH_VERSION``, logged beside it). Version 1, in run-log lines without
+        Version 3 (``CONFIG_HASH_VERSION``, logged beside it). Version 1, in run-log lines without
         a ``config_hash_version``, digested the model, items, cells, scorers, shard size, generation
         length and templates but not the dtype, backend, device, batch size or model sha256, so a
         run under another dtype carried the same hash; no check reads either version back (the
         resume check compares the manifest's cell configurations), so old lines stay as written.
+        Version 3 leaves out the batch size, which changes a record only by floating-point noise:
+        a cell recorded with one (version 2) resumes under any (``NOT_BINDING``), no migration needed.
         """
         return _digest({"version": CONFIG_HASH_VERSION, "cells": cell_configs(self)})
 
 
-CONFIG_HASH_VERSION = 2
+CONFIG_HASH_VERSION = 3
 
 
 def _digest(value: object) -> str:
@@ -163,13 +165,16 @@ def plan_jobs(spec: RunSpec) -> list[Job]:
 # ---- records from backend outputs ------------------------------------------------------------
 
 def _record(model: str, item: Item, scorer: str, cell_key: tuple, gold: int, result: ScoreResult | None,
-            conts: list[ContinuationLogprobs] | None, generation: str | None = None,
-            pred: int | None = None) -> dict:
+            conts: list[ContinuationLogprobs] | None, generation: GenerationResult | None = None,
+            pred: int | None = None, *, dtype: str | None, stored: str | None = None) -> dict:
     """One record (``cube.records.schema.record_row``), with the first token and token count of
-    each continuation the scorer read."""
-    return record_row(model, item, scorer, cell_key, gold, result, pred=pred, generation=generation,
+    each continuation the scorer read, the precision the model ran in, and for a generation its
+    scrubbed text (``stored``), its length and why it ended."""
+    return record_row(model, item, scorer, cell_key, gold, result, pred=pred, generation=stored,
                       first_token_ids=[int(c.token_ids[0]) for c in conts] if conts else None,
-                      n_tokens=[len(c.token_ids) for c in conts] if conts else None)
+                      n_tokens=[len(c.token_ids) for c in conts] if conts else None, dtype=dtype,
+                      gen_tokens=generation.n_tokens if generation is not None else None,
+                      finish_reason=generation.finish_reason if generation is not None else None)
 
 
 def _as_scores(conts: list[ContinuationLogprobs], texts: tuple[str, ...],
@@ -219,7 +224,8 @@ def label_work(spec: RunSpec, job: Job) -> ScoringWork:
         for item, prompt, conts in zip(job.items, prompts, outs):
             options = _as_scores(conts, prompt.label_continuations)
             for scorer in pass_scorers("label", spec.scorers):
-                rows.append(_record(spec.model, item, scorer, key, prompt.gold, SCORERS[scorer].score(options), conts))
+                rows.append(_record(spec.model, item, scorer, key, prompt.gold, SCORERS[scorer].score(options), conts,
+                                    dtype=spec.settings.dtype))
         return rows
 
     return ScoringWork([ScoreRequest(p.context, p.label_continuations, p.tokenization) for p in prompts], records)
@@ -240,7 +246,7 @@ def cloze_work(spec: RunSpec, job: Job) -> ScoringWork:
             options = _as_scores(conts, prompt.continuations, outs[len(prompts) + n] if need_m5 else None)
             for scorer in scorers:
                 rows.append(_record(spec.model, item, scorer, job.fixed_cell(), item.answer,
-                                    SCORERS[scorer].score(options), conts))
+                                    SCORERS[scorer].score(options), conts, dtype=spec.settings.dtype))
         return rows
 
     return ScoringWork(requests, records)
@@ -266,7 +272,7 @@ def judgement_work(spec: RunSpec, job: Job) -> ScoringWork:
                 margins.append(true_word.total - false_word.total)
             for scorer in pass_scorers("tf", spec.scorers):
                 rows.append(_record(spec.model, item, scorer, job.fixed_cell(), item.answer,
-                                    SCORERS[scorer].score(margins), None))
+                                    SCORERS[scorer].score(margins), None, dtype=spec.settings.dtype))
         return rows
 
     return ScoringWork([ScoreRequest(j.context, (j.true_word, j.false_word)) for g in groups for j in g], records)
@@ -321,7 +327,8 @@ def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> 
         for scorer in pass_scorers(job.kind, spec.scorers):
             entry = SCORERS[scorer]
             for name, pred in zip(entry.records, entry.score(text, labels, shown)):
-                rows.append(_record(spec.model, item, name, key, prompt.gold, None, None, stored, pred))
+                rows.append(_record(spec.model, item, name, key, prompt.gold, None, None, gen, pred,
+                                    dtype=spec.settings.dtype, stored=stored))
     return rows
 
 
@@ -407,7 +414,7 @@ def cell_configs(spec: RunSpec) -> dict[str, dict]:
     common = {k: v for k, v in templates.items() if k not in ("contexts", "audit_item", "default_context")}
     base = {"model": spec.model, **spec.settings.recorded(),
             "items": _digest([[i.uid, i.qhash] for i in spec.items]), "n_items": len(spec.items),
-            "shard_size": spec.shard_size, "batch_size": spec.batch_size}
+            "shard_size": spec.shard_size}  # not the batch size: floating-point noise (NOT_BINDING)
     configs: dict[str, dict] = {}
     for job in plan_jobs(replace(spec, shard=(0, 1))):
         key = f"{spec.model}/{job.cell_name}"

@@ -681,7 +681,11 @@ def format_report(imported: Imported, out: Path | None = None) -> str:
                      f"{', '.join(d['scorers'])}, context {d['context']}")
     lines.append("audit of the run:")
     audit = meta.get("audit")
-    if audit is None:
+    label_scored = any(d["mode"] == "ppl" for d in meta["datasets"].values())
+    if not label_scored:  # a generation's answer is read from its text: no label cell to audit
+        lines.append("  no label cell: a generation run's answers are read from the text it wrote, "
+                     "so no first-token decision can tie")
+    elif audit is None:
         lines.append("  not run (no tokenizer)")
     else:
         cell = audit["cell"]
@@ -698,8 +702,13 @@ def format_report(imported: Imported, out: Path | None = None) -> str:
                          f"log-likelihood: {a['n_decision_differs_from_summed_loglik']}")
         if d["mode"] == "gen":
             fails = d["n_parse_failed"]
-            lines.append(f"  {key}: first_capital_postprocess found no A-D in {fails.get(GEN_SCORER, 0)}/{d['n']}; "
-                         f"cube's M6-strict {fails.get('M6-strict', 0)}, M6-lenient {fails.get('M6-lenient', 0)}")
+            lines.append(f"  {key}: parse failures (generations no answer was read from): OpenCompass's "
+                         f"first_capital_postprocess {fails.get(GEN_SCORER, 0)}/{d['n']}, cube's M6-strict "
+                         f"{fails.get('M6-strict', 0)}/{d['n']}, M6-lenient {fails.get('M6-lenient', 0)}/{d['n']}")
+            if d["n"] and fails.get("M6-strict", 0) == d["n"]:
+                lines.append("    M6-strict reads only the strict answer form its own prompts ask for, `答案：X`; "
+                             "OpenCompass's gen prompt asks for none, so a bare ` A` fails it by design (not a "
+                             "cube defect): M6-lenient and M6-oc read such answers")
         if d["n_tied"]:
             lines.append(f"  exact ties: {key}: {d['n_tied']}/{d['n']} (OpenCompass took the first label)")
     return "\n".join(lines)

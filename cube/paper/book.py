@@ -507,6 +507,43 @@ def html_dir(out: str | Path | None = None, root: str | Path = REPO_ROOT) -> Pat
     return Path(out if out is not None else root) / "_build" / "html"
 
 
+READERS_CAPTION = "Readers' runs"
+
+
+def _toc_files(entry: Any) -> set[str]:
+    """Every ``file:`` a table of contents lists, at any depth."""
+    if isinstance(entry, dict):
+        found = {str(entry["file"])} if "file" in entry else set()
+        return found.union(*(_toc_files(v) for v in entry.values()))
+    if isinstance(entry, list):
+        return set().union(*(_toc_files(v) for v in entry))
+    return set()
+
+
+def reader_pages(root: str | Path = REPO_ROOT) -> list[str]:
+    """The executed readers' runs (``cube book execute --as NAME``: ``book/_executed/NAME.ipynb``)
+    that ``_toc.yml`` does not list, as table-of-contents entries. The book is built with only the
+    pages its contents list (``only_build_toc_files``), so without this a reader's run never showed."""
+    root = Path(root)
+    listed = _toc_files(load_yaml(root / "_toc.yml"))
+    pages = (f"book/_executed/{path.stem}" for path in sorted((root / "book" / "_executed").glob("*.ipynb")))
+    return [page for page in pages if page not in listed]
+
+
+def toc_with_readers(root: str | Path, pages: list[str]) -> Path:
+    """``_toc.yml`` with a last part holding the readers' runs, written under ``build/book`` (never
+    over the committed one); ``jupyter-book build --toc`` reads it."""
+    import yaml
+
+    root = Path(root)
+    toc = load_yaml(root / "_toc.yml")
+    toc.setdefault("parts", []).append({"caption": READERS_CAPTION, "chapters": [{"file": p} for p in pages]})
+    path = root / "build" / "book" / "_toc_with_readers.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(toc, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return path
+
+
 def build_book(root: str | Path = REPO_ROOT, strict: bool = True, out: str | Path | None = None) -> subprocess.CompletedProcess:
     """``jupyter-book build --all``: a clean build, since incremental ones miss static files.
 
@@ -518,6 +555,9 @@ def build_book(root: str | Path = REPO_ROOT, strict: bool = True, out: str | Pat
     if site.exists():  # --all rebuilds every page but leaves pages of removed sources behind
         shutil.rmtree(site)
     cmd = [jupyter_book_command(), "build", "--all", str(root)]
+    readers = reader_pages(root)
+    if readers:  # a reader's own runs become pages of their own part, _toc.yml untouched
+        cmd += ["--toc", str(toc_with_readers(root, readers))]
     if out is not None:
         cmd += ["--path-output", str(Path(out).resolve())]
     if strict:

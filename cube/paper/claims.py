@@ -454,7 +454,9 @@ def degenerate_cells(paper: Paper, result: PaperResult, prediction: Mapping[str,
              f"({', '.join(missing_models)}: no offline tokenizer); the frozen audit predicts "
              f"{len(ours)} of the {len(here)} DEGEN, "
              + ("the same cells as the paper's Table 2" if ours == theirs_here else "not the cells of Table 2")
-             + f": {len(ours & theirs_here)} of its {theirs_all}")
+             + f": {len(ours & theirs_here)} of its {theirs_all}. The {len({m for m, _, _ in here + missing})}-model "
+             "roster is ours (config/models.yaml), naming checkpoints the paper does not: the test is the paper's "
+             "Table 2, per tokenizer family, times that roster")
     scale = Scale(models=len({m for m, _, _ in here}), cells=len(here))
     wrong = sorted(ours ^ theirs_here)
     return Reproduction(value, scale, ours == theirs_here,
@@ -519,6 +521,11 @@ class RecoveryCell:
     reference_acc: float  # the model's M1-seq accuracy in a defined cell (ABCD): its genuine accuracy
     p_reference: float  # that accuracy above chance, Holm-adjusted
     verdict: str  # "reproduced", "no power" or "contradicted"
+    # the same model's ABCD accuracy on the flagged cell's own items, and the exact McNemar p of
+    # M1-seq there against it (cube.paper.evidence.same_item_reference); None: not computed
+    same_items_reference: float | None = None
+    same_items_p: float | None = None
+    same_items_n: int | None = None
 
 
 def recovery_cells(effects: Sequence[Any], reference: Mapping[str, tuple[int, int]], chance: float = 0.25,
@@ -561,7 +568,21 @@ def sequence_recovers(cells: Sequence[RecoveryCell], paper: Paper, families: Map
 
     def text(cs: Sequence[RecoveryCell]) -> str:
         return "; ".join(f"{c.model} / {c.label_set}: M1-seq {c.acc_seq:.3f} (Holm p = {c.p_seq:.2g} against chance), "
-                         f"M1-strict {c.acc_strict:.3f}, {c.verdict}" for c in cs)
+                         f"M1-strict {c.acc_strict:.3f}, {c.verdict}"
+                         + (f"; its own ABCD accuracy on the same {c.same_items_n} items {c.same_items_reference:.3f} "
+                            f"(exact McNemar p = {c.same_items_p:.2g})" if c.same_items_p is not None else "")
+                         for c in cs)
+
+    def partial(cs: Sequence[RecoveryCell]) -> list[RecoveryCell]:
+        """Cells that recover accuracy but significantly less than the model's own ABCD on the same items."""
+        return [c for c in cs if c.same_items_p is not None and c.same_items_p < alpha
+                and c.acc_seq < (c.same_items_reference or 0.0)]
+
+    def partial_text(cs: Sequence[RecoveryCell], chance: float = 0.25) -> str:
+        return "; ".join(f"{c.model} / {c.label_set} recovers most of its accuracy, not all: M1-seq {c.acc_seq:.3f} "
+                         f"against its own ABCD {c.same_items_reference:.3f} on the same items (exact McNemar p = "
+                         f"{c.same_items_p:.2g}; {(c.acc_seq - chance) / ((c.same_items_reference or chance) - chance):.0%} "
+                         "of its accuracy above chance)" for c in cs)
 
     if not mine:
         return Reproduction("no flagged cell of the paper's families with paired records", Scale(), None,
@@ -580,10 +601,13 @@ def sequence_recovers(cells: Sequence[RecoveryCell], paper: Paper, families: Map
     if not up:
         return Reproduction(value, scale, None, "every flagged cell's model is at chance level where its labels do "
                             "not collide, so there is no accuracy to recover", no_power=True)
-    if weak:
-        return Reproduction(value, scale, True, f"{_plural(len(weak), 'cell')} without power (a model at chance: "
-                            + ", ".join(f"{c.model} / {c.label_set}" for c in weak) + ") not counted")
-    return Reproduction(value, scale, True)
+    short = partial(up)
+    notes = ([partial_text(short)] if short else []) + (
+        [f"{_plural(len(weak), 'cell')} without power (a model at chance: "
+         + ", ".join(f"{c.model} / {c.label_set}" for c in weak) + ") not counted"] if weak else [])
+    if short:
+        value += "; " + partial_text(short)
+    return Reproduction(value, scale, True, "; ".join(notes))
 
 
 def _groups_text(groups: Sequence[Sequence[str]]) -> str:
@@ -674,6 +698,8 @@ class WhitespaceEffect:
     p_value: float
     p_holm: float
     power: float  # of the exact McNemar test at this n against the source's effect
+    precision: str = "not recorded"  # what the pair compares (cube.analysis.rescore.check_one_precision)
+    discordant: int | None = None  # items the two forms get differently (the power's discordance, unless floored)
 
 
 def whitespace_accuracy(result: PaperResult, effects: Sequence[WhitespaceEffect], n_items: int,
@@ -687,10 +713,12 @@ def whitespace_accuracy(result: PaperResult, effects: Sequence[WhitespaceEffect]
         return Reproduction("no model under both forms", Scale(), None, "no model has records under both forms")
     points = float(result.numbers["points"])
     per_model = "; ".join(f"{e.model} {100 * e.delta:+.1f} [{100 * e.lo:+.1f}, {100 * e.hi:+.1f}] "
-                          f"(Holm p = {e.p_holm:.2g}, power {e.power:.2f})" for e in effects)
+                          f"(Holm p = {e.p_holm:.2g}, power {e.power:.2f}{_floor_note(e, points)})"
+                          + _precision_note(e.precision) for e in effects)
     same_sign = sum(e.delta > 0 for e in effects)
     value = (f"merged − separate in points, with the exact McNemar interval (it excludes 0 exactly when the "
-             f"unadjusted p < 0.05), Holm over {len(effects)} models, power against +{points:g} points: "
+             f"unadjusted p < 0.05), Holm over {len(effects)} models, power against +{points:g} points (exact "
+             f"McNemar power at each model's n and observed discordance, floored at {points:g} points): "
              f"{per_model}; {same_sign} of {len(effects)} models change in the source's direction")
     scale = Scale(len(effects), n_items)
     up = [e for e in effects if e.p_holm < alpha and e.delta > 0]
@@ -708,6 +736,16 @@ def whitespace_accuracy(result: PaperResult, effects: Sequence[WhitespaceEffect]
     return Reproduction(value, scale, None, f"{len(effects) - len(powered_flat) - len(up)} of {len(effects)} models have "
                         f"power below {power_needed:g} to detect {points:g} points on {n_items} items; "
                         f"{len(up)} gain significantly", no_power=True)
+
+
+def _floor_note(e: WhitespaceEffect, points: float) -> str:
+    """Where the observed discordance is below the effect's size, the power is computed at the floor
+    (a gain of ``points`` needs at least that many discordant items), which a reader must be told:
+    at the floor every discordant item must favour one form, so the power is high by construction."""
+    if e.discordant is None or e.discordant / e.n >= points / 100:
+        return ""
+    return (f", at a discordance floored at {points:g} % (observed {e.discordant} pair"
+            f"{'' if e.discordant == 1 else 's'}, {100 * e.discordant / e.n:.1f} %)")
 
 
 def whitespace_up_to(result: PaperResult, effects: Sequence[WhitespaceEffect], n_items: int) -> Reproduction:
@@ -734,23 +772,43 @@ class CalibrationRatio:
     hi: float
     n_bins: int
     replicates: int
+    precision: str = "not recorded"
+    accuracy_merged: float | None = None  # the model's accuracy under the merged form
+    confidence_merged: float | None = None  # its mean top probability there (what ECE compares it with)
 
 
 def whitespace_ece(result: PaperResult, ratios: Sequence[CalibrationRatio], n_items: int) -> Reproduction:
     """The source: the merged form lowers ECE for most models, up to 4×. Per model the direction,
     its interval; reproduced when most models' ECE is lower under the merged form beyond the
-    interval, contradicted when most are higher beyond it, no power otherwise."""
+    interval, contradicted when most are higher beyond it, no power otherwise.
+
+    A model whose ECE rises is a per-model note of this test, not a result of its own (issue 33):
+    the source's one rise (its ``reversal`` row) carries no significance star where its
+    significant rows do, and a model here near chance accuracy with a high mean confidence has an
+    ECE that measures its guessing, which the note says with the two numbers."""
     if not ratios:
         return Reproduction("no model under both forms", Scale(), None, "no model has records under both forms")
     factor = float(result.numbers["factor"])
     lower = [r for r in ratios if r.lo > 1]
     higher = [r for r in ratios if r.hi < 1]
     per = "; ".join(f"{r.model} {r.ece_separate:.3f} → {r.ece_merged:.3f} ({r.ratio:.2f}× [{r.lo:.2f}, {r.hi:.2f}])"
-                    for r in ratios)
+                    + _precision_note(r.precision) for r in ratios)
     b = ratios[0]
     value = (f"ECE separate → merged, {b.n_bins} equal-width bins, ratio separate/merged with its 95 % "
-             f"bootstrap interval (B = {b.replicates:,}): {per}; lower under the merged form beyond the interval "
-             f"for {len(lower)} of {len(ratios)}, higher for {len(higher)}")
+             f"bootstrap interval (B = {b.replicates:,}; a bootstrap, not an exact test): {per}; lower under the "
+             f"merged form beyond the interval for {len(lower)} of {len(ratios)}, higher for {len(higher)}")
+    notes = []
+    for r in higher:
+        known = r.accuracy_merged is not None and r.confidence_merged is not None
+        notes.append(f"{r.model}'s ECE rises under the merged form beyond its interval"
+                     + (f" (accuracy {r.accuracy_merged:.3f}, mean confidence {r.confidence_merged:.2f}: its ECE "
+                        "measures confident guessing)" if known else ""))
+    reversal = result.numbers.get("reversal")
+    if reversal:
+        notes.append(f"the source's one rise ({reversal['model']} {reversal['before']:g} → {reversal['after']:g}) "
+                     "carries no significance star where its significant rows do")
+    if notes:
+        value += "; per-model note: " + "; ".join(notes)
     scale = Scale(len(ratios), n_items)
     majority = len(ratios) / 2
     if len(lower) > majority:
@@ -761,17 +819,14 @@ def whitespace_ece(result: PaperResult, ratios: Sequence[CalibrationRatio], n_it
     return Reproduction(value, scale, None, "no direction holds for most models beyond its interval", no_power=True)
 
 
-def whitespace_ece_reversal(result: PaperResult, ratios: Sequence[CalibrationRatio], n_items: int) -> Reproduction:
-    """The source's own counterexample: some model's ECE rises under the merged form."""
-    if not ratios:
-        return Reproduction("no model under both forms", Scale(), None, "no model has records under both forms")
-    higher = [r for r in ratios if r.hi < 1]
-    value = ("ECE higher under the merged form beyond its interval: "
-             + (", ".join(f"{r.model} {r.ece_separate:.3f} → {r.ece_merged:.3f}" for r in higher) or "none"))
-    if higher:
-        return Reproduction(value, Scale(len(ratios), n_items), True)
-    return Reproduction(value, Scale(len(ratios), n_items), None,
-                        "no model's ECE rises beyond its interval here", no_power=True)
+def _precision_note(precision: str) -> str:
+    """What a paired figure's text adds about its precision: nothing for one recorded precision,
+    the re-run side or the mix otherwise (``cube.analysis.rescore.check_one_precision``)."""
+    if precision.startswith("mixed"):
+        return f" [{precision} precision, compared anyway]"
+    if "re-run" in precision:
+        return f" [{precision}]"
+    return ""
 
 
 def whitespace_rank(models: Sequence[str], accuracy_a: Sequence[float], accuracy_b: Sequence[float],
@@ -790,8 +845,9 @@ def whitespace_rank(models: Sequence[str], accuracy_a: Sequence[float], accuracy
     top_b = sorted(range(len(models)), key=lambda i: (rb[i], models[i]))
     swapped = rb[top_a[0]] > rb[top_a[1]] and ra[top_a[0]] < ra[top_a[1]]
     moved = [models[i] for i in range(len(models)) if ra[i] != rb[i]]
-    value = (f"top two {'swap' if swapped else 'keep their order'} ({models[top_a[0]]} first under the separate "
-             f"space, {models[top_b[0]]} under the merged form); ranks with ties shared: "
+    first = (f"{models[top_a[0]]} first under both forms" if top_a[0] == top_b[0] else
+             f"{models[top_a[0]]} first under the separate space, {models[top_b[0]]} under the merged form")
+    value = (f"top two {'swap' if swapped else 'keep their order'} ({first}); ranks with ties shared: "
              f"{len(moved)} of {len(models)} models change rank"
              + (f" ({', '.join(moved)})" if moved else "")
              + f", footrule {footrule(ra, rb):.3f}" + (f" ({compared})" if compared else ""))
@@ -818,6 +874,7 @@ class LadderGap:
     groups: int
     statement_accuracy: float
     gap: float
+    judged_true: float | None = None  # share of statements the model judged true (None: not computed)
 
 
 def ladder_gap(result: PaperResult, gaps: Sequence[LadderGap]) -> Reproduction:
@@ -832,8 +889,12 @@ def ladder_gap(result: PaperResult, gaps: Sequence[LadderGap]) -> Reproduction:
 
 
 def ladder_accuracy_not_predict(gaps: Sequence[LadderGap]) -> Reproduction:
-    """"Accuracy does not predict the gap": with k models, the smallest two-sided p an exact
-    rank-correlation test can give is 2 / k!, so with 4 models (0.083) no such test can reject."""
+    """"Accuracy does not predict the gap". The true/false recast of CMMLU items cannot test it
+    where the models do not judge statements: a model that calls (nearly) every statement true
+    has a gap fixed by the scheme, not by its knowledge, and statement accuracies below a coin
+    flip (0.5; one statement of four is true) measure that bias, not accuracy; then it is not
+    reproducible here, with the numbers. Otherwise: with k models the smallest two-sided p an
+    exact rank-correlation test can give is 2 / k!, so with 4 models (0.083) no test can reject."""
     if len(gaps) < 2:
         return Reproduction("fewer than 2 models with TF records", Scale(len(gaps)), None,
                             "a relation needs at least 2 models")
@@ -842,12 +903,21 @@ def ladder_accuracy_not_predict(gaps: Sequence[LadderGap]) -> Reproduction:
     rho = float(spearmanr([g.statement_accuracy for g in gaps], [g.gap for g in gaps]).statistic)
     smallest = 2 / math.factorial(len(gaps))
     value = f"Spearman ρ between statement accuracy and gap over {len(gaps)} models: {rho:+.2f}"
+    scale = Scale(len(gaps), gaps[0].groups)
+    judged = [g.judged_true for g in gaps if g.judged_true is not None]
+    accuracies = [g.statement_accuracy for g in gaps]
+    if len(judged) == len(gaps) and max(accuracies) < 0.5:
+        always = [g.model for g in gaps if g.judged_true == 1.0]
+        return Reproduction(
+            value, scale, None,
+            f"the true/false recast cannot test it: the models judge {100 * min(judged):.0f}–{100 * max(judged):.0f} % "
+            "of statements true" + (f" ({', '.join(always)} every one, so its gap is a constant)" if always else "")
+            + f", and statement accuracies of {min(accuracies):.2f}–{max(accuracies):.2f} are below a coin flip")
     if smallest >= ALPHA:
-        return Reproduction(value, Scale(len(gaps), gaps[0].groups), None,
+        return Reproduction(value, scale, None,
                             f"with {len(gaps)} models the smallest attainable p is {smallest:.3f} ≥ {ALPHA:g}",
                             no_power=True)
-    return Reproduction(value, Scale(len(gaps), gaps[0].groups), None,
-                        "a correlation test cannot show an absence of prediction", no_power=True)
+    return Reproduction(value, scale, None, "a correlation test cannot show an absence of prediction", no_power=True)
 
 
 def needs_material(result: PaperResult, what: str, computed: str | None) -> Reproduction:
@@ -916,36 +986,53 @@ class CotComparison:
     p_value: float
     p_holm: float  # over every comparison of the page
     cot_parse_failure_rate: float
+    precision: str = "not recorded"
+    discordant: int | None = None  # items the two get differently (what the test's power rests on)
 
 
 def cot_vs_answer_only(comparisons: Sequence[CotComparison], threshold: float, extractor: str = "M6-strict",
-                       alpha: float = ALPHA) -> Reproduction:
+                       alpha: float = ALPHA, effects: Sequence[float] = (0.05, 0.10)) -> Reproduction:
     """The guide: with enough new tokens (512) CoT usually scores higher, and a CoT score below
     answer-only means the reasoning was cut off before its answer line (a parse failure).
 
-    Read with the guide's own extraction (the last 答案：X, ``extractor``) and its own rule that a
-    score whose parse-failure rate exceeds ``threshold`` is not to be trusted: such a model's
-    comparison cannot test the claim (no power). Among the others, CoT significantly above
-    (Holm-adjusted over every comparison) reproduces it; significantly below contradicts it.
+    Read with the guide's own extraction (the last 答案：X, ``extractor``). CoT significantly
+    above answer-only (Holm-adjusted over every comparison) reproduces it; significantly below
+    contradicts it, among the models whose score the guide's parse-failure rule (``threshold``)
+    trusts. Otherwise the row stays out of the counts for power: the exact McNemar test's power at
+    this n (each model's own discordance, floored at the effect; the range over the models) against
+    each of ``effects``.
+    The parse-failure rule is about trusting a score, not about what a comparison can show, so it
+    is reported per model, never given as the reason (issue 33).
     """
+    from cube.analysis.stats import mcnemar_power
+
     mine = [c for c in comparisons if c.extractor == extractor]
     if not mine:
         return Reproduction("answer-only and chain-of-thought are not both archived", Scale(), None,
                             "no model has both answer-only and chain-of-thought records")
-    trusted = [c for c in mine if c.cot_parse_failure_rate <= threshold]
-    per = "; ".join(f"{c.model} {c.acc_answer_only:.3f} → {c.acc_cot:.3f} (Holm p = {c.p_holm:.2g}, "
-                    f"CoT parse failures {c.cot_parse_failure_rate:.1%})" for c in mine)
+    per = "; ".join(f"{c.model} {c.acc_answer_only:.3f} → {c.acc_cot:.3f} ({100 * (c.acc_cot - c.acc_answer_only):+.1f} "
+                    f"points, Holm p = {c.p_holm:.2g}, CoT parse failures {c.cot_parse_failure_rate:.1%}"
+                    f"{' above the guide’s ' + format(threshold, '.0%') if c.cot_parse_failure_rate > threshold else ''})"
+                    + _precision_note(c.precision) for c in mine)
     value = (f"{extractor}, answer-only → CoT on the same items, Holm over {len(comparisons)} comparisons: {per}")
     scale = Scale(len(mine), max(c.n for c in mine))
-    if not trusted:
-        return Reproduction(value, scale, None, f"every model's CoT parse-failure rate exceeds the guide's "
-                            f"{threshold:.0%}, so by its own rule none of these scores can be trusted", no_power=True)
+    trusted = [c for c in mine if c.cot_parse_failure_rate <= threshold]  # a score the guide says to trust
     up = [c for c in trusted if c.p_holm < alpha and c.acc_cot > c.acc_answer_only]
     down = [c for c in trusted if c.p_holm < alpha and c.acc_cot < c.acc_answer_only]
     if down:
-        return Reproduction(value, scale, False, "CoT significantly below answer-only with few parse failures: "
-                            + ", ".join(c.model for c in down))
+        return Reproduction(value, scale, False, "CoT significantly below answer-only: " + ", ".join(c.model for c in down))
     if up:
         return Reproduction(value, scale, True)
-    return Reproduction(value, scale, None, "no significant difference among the models whose parse-failure "
-                        f"rate is within {threshold:.0%}", no_power=True)
+    n = min(c.n for c in mine)
+
+    def power(delta: float) -> str:
+        """The range over the models of the power at each one's own discordance (floored at delta)."""
+        values = sorted(mcnemar_power(c.n, min(1.0, max((c.discordant or 0) / c.n, delta)), delta, alpha) for c in mine)
+        return f"{values[0]:.2f}" if f"{values[0]:.2f}" == f"{values[-1]:.2f}" else f"{values[0]:.2f}–{values[-1]:.2f}"
+
+    against = ", ".join(f"{power(d)} to detect {100 * d:+.0f} points" for d in effects)
+    lower = [c.model for c in mine if c.acc_cot < c.acc_answer_only]
+    return Reproduction(value, scale, None, f"no significant difference; the exact McNemar test's power at n = {n} is "
+                        f"{against} (per model, at its own discordance)"
+                        + (f"; {', '.join(lower)} point{'s' if len(lower) == 1 else ''} the other way" if lower else ""),
+                        no_power=True)

@@ -24,11 +24,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cube.config import REPO_ROOT
+from cube.config import FROZEN_PREDICTION, SAMPLE_RECORDS
 from cube.errors import CubeError
 
-DEFAULT_RECORDS = REPO_ROOT / "data" / "sample"
-DEFAULT_PREDICTION = REPO_ROOT / "data" / "predictions" / "audit_frozen.json"
+DEFAULT_RECORDS = SAMPLE_RECORDS  # shipped in the package: an installed cube smokes the same sample
+DEFAULT_PREDICTION = FROZEN_PREDICTION
 # "(Almost) no ties": whole-sequence log-probabilities of different labels can coincide in
 # low precision now and then; a scorer that separates the labels does so on nearly every item.
 MAX_SEQUENCE_TIE_RATE = 0.02

@@ -114,7 +114,12 @@ def find_benchmark_root(benchmark: str, explicit: str | Path | None = None) -> P
 def missing_benchmark_message(benchmark: str, explicit: str | Path | None = None) -> str:
     """One line: where cube looked and how to get the data."""
     if explicit is not None:
-        return f"{benchmark}: benchmark folder {explicit} does not exist"
+        if Path(explicit).is_file():
+            return (f"{benchmark}: --data {explicit} is a file, not a benchmark folder; install it with "
+                    f"`cube data fetch {benchmark} --from {explicit}` (an archive or folder of the official release), "
+                    "or give --data the folder that holds its dev/ and test/")
+        return (f"{benchmark}: benchmark folder {explicit} does not exist; give --data an existing folder, or leave "
+                f"--data out to use `cube data list`'s lookup (`cube data fetch {benchmark}` installs one)")
     looked = ", ".join(f"{path} ({rule})" for rule, path in benchmark_candidates(benchmark))
     return (f"{benchmark}: benchmark data not found (looked in {looked}); "
             f"get it with `cube data fetch {benchmark}`, or pass --data DIR")

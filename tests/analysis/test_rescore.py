@@ -356,3 +356,32 @@ def test_ranking_shift_matches_a_naive_footrule():
     np.testing.assert_array_equal(shift.floor.samples, np.maximum(floor_a.samples, floor_b.samples))
     assert shift.multiple_of_mean == pytest.approx(shift.observed / shift.floor.mean)
     assert shift.normalisation == "n = 4 models, normalised by ⌊n²/2⌋ = 8"
+
+
+# --- one precision per paired comparison ---------------------------------------------------------
+
+
+def _slice_in(dtype, context, flips=()):
+    """Eight items of one cell in one precision; ``flips``: the items this slice gets wrong."""
+    return table(record(uid=f"cmmlu/agronomy/test/{i}", context=context, dtype=dtype, gold=0,
+                        pred=1 if i in flips else 0, scores=scores_for(1 if i in flips else 0))
+                 for i in range(8))
+
+
+def test_a_pair_of_two_precisions_is_refused_unless_allowed_and_then_says_so():
+    from cube.analysis.rescore import pair, regression_table
+    from cube.errors import PrecisionMismatch
+
+    bf16, fp32 = _slice_in("bfloat16", "en_prompt_space", flips={1}), _slice_in("float32", "en_label_space", flips={2, 3})
+    with pytest.raises(PrecisionMismatch, match=r"slice A was scored in bfloat16 and slice B in float32.*--allow-mixed-precision"):
+        pair(bf16, fp32)
+    with pytest.raises(PrecisionMismatch):
+        regression_table(bf16, fp32)
+    allowed = regression_table(bf16, fp32, allow_mixed_precision=True)
+    assert allowed.precision == "mixed: A bfloat16, B float32"
+    assert (allowed.overall["a_only_right"], allowed.overall["b_only_right"]) == (2, 1)  # the same test, told
+    same = pair(bf16, _slice_in("bfloat16", "en_label_space"))
+    assert same.precision == "bfloat16"
+    # a slice that records no precision (an import) cannot be checked, and says so
+    assert pair(_slice_in(None, "a"), _slice_in(None, "b")).precision == "not recorded"
+

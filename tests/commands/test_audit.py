@@ -62,6 +62,27 @@ def test_freeze_then_check_and_a_changed_prediction_fails(tmp_path, capsys):
     assert "MISMATCH source of qwen3" in err and err.strip().splitlines()[-1].startswith("cube: error: 1 difference")
 
 
+def test_a_users_own_frozen_audit_is_checkable_from_any_folder(tmp_path, monkeypatch, capsys):
+    """Issue 36 §5: `--freeze` took --tokenizer mine=..., but `--check` of that file refused with
+    `unknown family 'mine'`. The check re-audits the recorded file, pinned by its sha256."""
+    path = tmp_path / "tokenizer.json"
+    char_bpe(["X", "A", "B"]).save(str(path))
+    frozen = tmp_path / "mine.json"
+    monkeypatch.chdir(tmp_path)
+    assert main(["audit", "--tokenizer", "mine=tokenizer.json", "--families", "qwen3", "--label-set", "xs=XA,XB",
+                 "--label-sets", "L1_halfwidth", "--contexts", "zh_cue", "--freeze", str(frozen)]) == 0
+    source = json.loads(frozen.read_text())["sources"]["mine"]
+    assert source["spec"] == str(path) and len(source["sha256"]) == 64
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert main(["audit", "--check", str(frozen)]) == 0
+    assert "audit matches the frozen prediction" in capsys.readouterr().out
+    char_bpe(["X", "A", "B", "C"]).save(str(path))  # another file under the frozen name: refused
+    assert main(["audit", "--check", str(frozen)]) == 2
+    assert "sha256 mismatch" in capsys.readouterr().err
+
+
 def test_committed_prediction_still_holds():
     assert FROZEN.exists()
     assert main(["audit", "--check", str(FROZEN)]) == 0

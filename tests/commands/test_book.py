@@ -92,3 +92,25 @@ def test_a_notebook_on_a_killed_runs_store_fails_in_one_line_unless_allowed(
     assert "incomplete store: tiny/label--L1_halfwidth__zh_cue__0shot__original: 2 of 6 shards, 10 of 30 items" in err
     code, out, err = cube(*argv, "--allow-incomplete")
     assert "incomplete store" not in err  # read; whatever the page then finds on 10 items is its own
+
+
+def test_a_readers_own_label_set_is_summed_up_in_one_line():
+    """Issue 36 §6: a reader's run gave an .ipynb only; it now says, per label set of theirs,
+    which families it degenerates for (the same verdicts `cube audit --label-set` gives)."""
+    from cube.commands.book import reader_label_set_summary
+    from cube.cli import main
+
+    assert reader_label_set_summary({}) == []
+    (line,) = reader_label_set_summary({"extra_label_sets": ["circ=①,②,③,④"]})
+    assert line.startswith("your label set circ (①,②,③,④) at zh_cue: DEGEN for ")
+    degenerate = line.split("DEGEN for ", 1)[1].split(";", 1)[0].split(", ")
+    # the study's circled set, audited independently: the same families degenerate
+    import io
+    from contextlib import redirect_stdout
+
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        assert main(["audit", "--label-sets", "L4_circled", "--contexts", "zh_cue", "--brief"]) == 0
+    expected = [row.split(" ", 1)[0] for row in buffer.getvalue().splitlines()
+                if row.endswith("'DEGEN'}") and not row.startswith("==")]
+    assert sorted(degenerate) == sorted(expected) and expected

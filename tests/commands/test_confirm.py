@@ -88,3 +88,24 @@ def test_a_killed_runs_store_is_refused_unless_allowed(run, tmp_path, benchmarks
     assert "--allow-incomplete" in err
     code, out, err = run(str(tmp_path / "records"), "--family", "tiny=qwen3", "--allow-incomplete")
     assert code in (0, 1) and "tiny" in out, err
+
+
+def test_a_users_own_model_is_not_a_silent_zero_of_zero(tmp_path, run):
+    """Issue 36 §5: a store of a model the prediction has no family for printed `0/0 confirmed`
+    with exit 0; it is an error that names --family (and the prediction's families)."""
+    write_records(tmp_path / "mine", table(strict_records("my-own-model", "L4_circled", tie=True)))
+    code, out, err = run(str(tmp_path / "mine"))
+    assert code == 2 and out == "" and "0/0" not in out
+    (line,) = err.strip().splitlines()
+    assert "nothing to confirm: the tokenizer family of my-own-model is unknown" in line
+    assert "--family MODEL=FAMILY (the prediction's families: " in line and "qwen3" in line
+    code, out, err = run(str(tmp_path / "mine"), "--family", "my-own-model=qwen3")
+    assert code == 0 and "1/1 confirmed" in out
+
+
+def test_the_default_prediction_is_found_from_any_folder(tmp_path, monkeypatch, capsys):
+    """`cube confirm` resolved data/predictions/audit_frozen.json against the current folder."""
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ["cube.commands.confirm"])
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["confirm", str(REPO_ROOT / "data" / "sample")]) == 0
+    assert "confirmed" in capsys.readouterr().out

@@ -167,3 +167,26 @@ def test_cube_and_lm_eval_on_byte_equal_prompts(run):
     a, b = scores(cube_store), scores(IMPORTED)
     expected = max(abs(x - y) for uid in a for x, y in zip(a[uid], b[uid]))
     assert doc["max_score_difference"] == expected and 0 < expected < 1e-3
+
+
+def test_an_unattributed_remainder_says_which_run_would_separate_its_factors(run):
+    """Issue 36 §6: the remainder said only that the factors were not identifiable; the columns
+    were named `over orders` and `items` (an items count the sample's detail line contradicted)."""
+    harness = REPO_ROOT / "data" / "harnesses" / "cube-smollm2-24"
+    code, out, err = run(f"{harness}:scorer=M1-seq,label_set=L1_halfwidth",
+                         f"{IMPORTED}:scorer=M1-seq,context=lmeval-07341e3f")
+    assert code == 0, err
+    header = next(line for line in out.splitlines() if line.startswith("factor "))
+    assert header.split() == ["factor", "share", "range", "over", "path", "orders", "flips", "status"]
+    assert "over orders" not in out and "None" not in out
+    remainder = out.splitlines()[out.splitlines().index(next(l for l in out.splitlines() if l.startswith("remainder"))) + 1]
+    assert "the slices differ in prompt_bytes and label_tokenization" in remainder
+    assert "a third slice that differs from A in prompt_bytes alone separates the factors" in remainder
+    assert "flips: common items whose right/wrong the factor changes" in out
+
+
+def test_a_generation_slice_shows_no_python_none(run):
+    opencompass = REPO_ROOT / "data" / "imported" / "opencompass-smollm2"
+    code, out, err = run(f"{opencompass}:scorer=OC-ppl", f"{opencompass}:scorer=M6-oc")
+    assert code == 0, err
+    assert "None" not in out and "B not applicable (e.g. a generation scores no label tokens)" in out

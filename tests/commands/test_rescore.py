@@ -93,7 +93,8 @@ def test_versus_prints_the_regression_table(run, store):
     code, out, _ = run(store, "--model", "v1", "--scorer", "M1-seq", "--versus", "model=v2")
     assert code == 0
     lines = out.splitlines()
-    assert lines[3].split()[:5] == ["arts", "10", "0.800", "0.500", "-0.300"]
+    assert lines[2] == "precision: not recorded"  # the fixture's records say no precision
+    assert lines[4].split()[:5] == ["arts", "10", "0.800", "0.500", "-0.300"]
     assert lines[-1].startswith("OVERALL")
     code, out, _ = run(store, "--model", "v1", "--scorer", "M1-seq", "--versus", "model=v2",
                        "--json")
@@ -101,7 +102,9 @@ def test_versus_prints_the_regression_table(run, store):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--model", "nobody"], "no records match"),
+    (["--model", "nobody"], "no records match {'model': ['nobody']}: the store holds model v1, v2; choose from "
+                            "those (--model), or leave the option out for all"),
+    (["--shots", "3"], "the store holds shots 0; choose from those (--shots)"),
     (["--scorer", "M1-seq", "--versus", "model=v2"], "slice A holds 20 records for 10 items"),
     (["--model", "v1", "--scorer", "M1-seq", "--versus", "colour=red"], "expected FIELD=VALUE"),
 ])
@@ -172,3 +175,33 @@ def test_a_killed_runs_store_is_rescored_with_a_loud_warning(run, killed_store):
     assert needle in err  # printed too, not only in the JSON
     code, out, err = run(str(killed_store), "--scorer", "M1-seq")
     assert code == 0 and needle in out and needle in err
+
+
+def test_versus_refuses_two_precisions_unless_told_and_then_prints_it(run, tmp_path):
+    recs = [record(model=model, uid=f"cmmlu/arts/test/{row}", pred=0, scores=scores_for(0), dtype=dtype)
+            for model, dtype in (("v1", "bfloat16"), ("v2", "float32")) for row in range(6)]
+    write_records(tmp_path / "mixed", table(recs))
+    code, out, err = run(str(tmp_path / "mixed"), "--model", "v1", "--scorer", "M1-seq", "--versus", "model=v2")
+    assert code != 0 and out == ""
+    assert "slice A was scored in bfloat16 and slice B in float32" in err and "--allow-mixed-precision" in err
+    assert len(err.strip().splitlines()) == 1
+    code, out, _ = run(str(tmp_path / "mixed"), "--model", "v1", "--scorer", "M1-seq", "--versus", "model=v2",
+                       "--allow-mixed-precision")
+    assert code == 0 and "precision: mixed: A bfloat16, B float32" in out
+
+
+def test_an_empty_store_says_to_run_into_it_first(run, tmp_path):
+    from cube.records.store import create_store
+
+    create_store(tmp_path / "empty")
+    code, out, err = run(str(tmp_path / "empty"))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "the store holds no records yet" in err and "`cube run ... --out`" in err
+
+
+def test_the_help_names_each_slice_option_in_english(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["rescore", "--help"])
+    out = capsys.readouterr().out
+    assert "shotss" not in out and "keep only these shots (comma-separated" in out
+    assert "FIELD one of model, scorer, label_set, shots, order, context" in " ".join(out.split())

@@ -19,10 +19,15 @@ def run_cli(*argv):
 
 @pytest.mark.parametrize("argv, needle", [
     (["--model", "nope"], "unknown model 'nope'"),
+    (["--model", "nope"], "give one of these demo names, the path of your model's folder or .gguf file"),
     (["--model", "smollm2-135m-instruct", "--scorers", "M9"], "unknown scorer 'M9'"),
     (["--model", "smollm2-135m-instruct", "--shard", "3/2"], "--shard 3/2"),
     (["--model", "smollm2-135m-instruct", "--shard", "x"], "--shard 'x' must look like K/N"),
     (["--model", "smollm2-135m-instruct", "--label-sets", "L9"], "unknown label set 'L9'"),
+    (["--model", "smollm2-135m-instruct", "--label-sets", "L9"], "point CUBE_CONFIG_DIR at it"),
+    (["--model", "smollm2-135m-instruct", "--data", "pyproject.toml"],
+     "--data pyproject.toml is a file, not a benchmark folder; install it with `cube data fetch cmmlu --from "
+     "pyproject.toml`"),
     (["--model", "smollm2-135m-instruct", "--shots", "five"], "--shots 'five'"),
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, argv, needle):
@@ -154,6 +159,23 @@ def test_real_model_resume_under_another_configuration_is_refused(tmp_path, monk
         assert re.search(needle, err[0]) and "items " in err[0]
     assert read_records(out).equals(before)
     assert main([*argv, "--subjects", "agronomy"]) == 0  # the same command: nothing to do
+    err = capsys.readouterr().err
+    assert "0 shards to run" in err
+    # Issue 36 §3: --dtype auto (the default) resumed in the store's dtype and said so, without
+    # a probe that could flip; the other dtype is refused with the option that resumes it; the
+    # batch size does not block a resume.
+    from cube.records.store import read_manifest
+
+    written = {c["dtype"] for c in read_manifest(out)["cells"].values()}
+    assert len(written) == 1
+    (recorded,) = written
+    assert f"auto: resuming a store whose records are {recorded}" in err
+    other = "float32" if recorded == "bfloat16" else "bfloat16"
+    assert main([*argv, "--subjects", "agronomy", "--dtype", other]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f'dtype "{recorded}" -> "{other}"' in err[0]
+    assert err[0].endswith(f"(resume it with --dtype {recorded}, or write to a new --out)"), err[0]
+    assert main([*argv, "--subjects", "agronomy", "--batch-size", "3"]) == 0
     assert "0 shards to run" in capsys.readouterr().err
 
 
@@ -247,3 +269,48 @@ def test_without_benchmark_data_a_bad_argument_is_named_before_the_data(tmp_path
     assert main(["run", "--model", "smollm2-135m-instruct", "--sample", "1", "--out", str(tmp_path / "out")]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "cmmlu: benchmark data not found" in last and "cube data fetch cmmlu" in last
+
+
+def test_a_missing_vllm_is_one_line_saying_how_to_get_it(tmp_path, monkeypatch, capsys):
+    """Issue 36 §5: `--backend vllm` without vLLM was a traceback after the items and a dtype probe."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed in this environment")
+    import cube.harness.precision
+    import cube.protocol.items
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("items or the dtype probe came before the backend check")
+
+    _no_model_loads(monkeypatch)
+    monkeypatch.setattr(cube.protocol.items, "load_items", refuse)
+    monkeypatch.setattr(cube.harness.precision, "matmul_speedup", refuse)
+    assert main(["run", "--model", "smollm2-135m-instruct", "--sample", "1", "--backend", "vllm",
+                 "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("cube: error: --backend vllm: vllm is not installed in this environment (")
+    assert "scripts/install_vllm_env.sh" in line and ".venv-vllm/bin/python -m cube run" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_run_option_has_help_that_states_its_default():
+    """Issue 36 §6: `cube run --help` left --label-sets, --split, --seed, --out, --device and
+    --batch-size without help, and stated few defaults (they exist in RunConfig)."""
+    import argparse
+
+    from cube.cli import build_parser
+    from cube.harness.run_config import RunConfig
+
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    run_parser = sub.choices["run"]
+    for action in run_parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        assert action.help, f"{action.option_strings[0]} has no help"
+        if action.default not in (None, False):
+            shown = action.default if isinstance(action.default, str) else str(action.default)
+            assert shown in action.help or "(default)" in action.help, (action.option_strings[0], action.help)
+    sample = next(a for a in run_parser._actions if "--sample" in a.option_strings)
+    assert "11,582" in sample.help and RunConfig.default("sample") is None

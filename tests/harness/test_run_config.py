@@ -106,7 +106,8 @@ def test_the_identity_includes_the_dtype_and_not_the_shard():
     spec = RunSpec(model="m", items=made_up, cells=(), scorers=("M2",), shard_size=2,
                    settings=RunSettings(dtype="float32"))
     assert spec.config_hash() != replace(spec, settings=RunSettings(dtype="bfloat16")).config_hash()
-    assert spec.config_hash() != replace(spec, batch_size=8).config_hash()  # the cell configs record it
+    # the batch size changes a record only by floating-point noise: not the identity (hash version 3)
+    assert spec.config_hash() == replace(spec, batch_size=8).config_hash()
     assert spec.config_hash() == replace(spec, shard=(1, 2)).config_hash()  # parallel shards: one run
 
 

@@ -189,7 +189,7 @@ def test_generations_are_scrubbed_of_every_items_text_before_they_reach_disk(tmp
 
     class QuotesOptions(HFBackend):
         def generate(self, prompts, max_new_tokens, batch_size=8):
-            return [GenerationResult(f"我认为是{item.options[k]}，不是{other}" if item.question in p else "不知道", ())
+            return [GenerationResult(f"我认为是{item.options[k]}，不是{other}" if item.question in p else "不知道", (), "stop")
                     for p in prompts]
 
     sets = load_label_sets()
@@ -446,4 +446,41 @@ def test_a_run_given_its_plan_tries_the_prompts_and_plans_the_resume_once(tmp_pa
     assert calls == {"preflight": 2, "resume_plan": 2}  # the given plan is used as it is
     assert (log["jobs_run"], log["jobs_skipped"]) == (len(plan.todo), plan.done) == (2, 2)
     logged = json.loads((tmp_path / "tiny" / "runlog.jsonl").read_text().splitlines()[-1])
-    assert logged["config_hash"] == more.config_hash() and logged["config_hash_version"] == 2
+    assert logged["config_hash"] == more.config_hash() and logged["config_hash_version"] == 3
+
+
+@pytest.mark.parametrize("max_new_tokens", [3, 40])
+def test_each_generation_records_its_length_and_why_it_ended_as_transformers_generates_it(tmp_path, items, max_new_tokens):
+    """The real demo model (SmolLM2-135M, fp32): gen_tokens and finish_reason of every M6 record
+    against transformers' own greedy ``generate`` of the same prompt, one prompt at a time (no
+    padding): the count of new tokens before any end token, and whether an end token came. A
+    budget of 3 tokens cannot hold an answer line, so every generation there hits the limit."""
+    import torch
+
+    from cube.harness.backends import open_backend
+    from cube.harness.runner import _generation_prompt
+    from cube.protocol.tokenization import encode_ids
+
+    model = "smollm2-135m-instruct"
+    backend = open_backend("hf", model, dtype="float32")
+    chosen = items[:4]
+    cell = Cell(load_label_sets()["L1_halfwidth"], "zh_cue", 0)
+    spec = RunSpec(model=model, items=chosen, cells=(cell,), scorers=("M6",), shard_size=4, batch_size=4,
+                   max_new_tokens=max_new_tokens, settings=RunSettings(dtype="float32"))
+    run(backend, spec, tmp_path, progress=False)
+    rows = [r for r in pq.read_table(sorted((tmp_path / model).glob("*.parquet"))).to_pylist()
+            if r["scorer"] == "M6-strict"]
+    got = {r["uid"]: (r["gen_tokens"], r["finish_reason"], r["dtype"]) for r in rows}
+    want = {}
+    eos = sorted(backend.eos_ids)
+    for item in chosen:
+        prompt, _ = _generation_prompt(item, cell, spec, cot=False)
+        ids = torch.tensor([list(encode_ids(backend.tokenizer, prompt, backend.add_special_tokens))])
+        out = backend.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                     do_sample=False, eos_token_id=eos, pad_token_id=eos[0])
+        new = out[0, ids.shape[1]:].tolist()
+        stopped = bool(new) and new[-1] in eos
+        want[item.uid] = (len(new) - stopped, "stop" if stopped else "length", "float32")
+    assert got == want
+    if max_new_tokens == 3:
+        assert {reason for _, reason, _ in got.values()} == {"length"}

@@ -438,3 +438,17 @@ def test_issue32_a_short_unique_option_in_the_config_is_refused(tmp_path, items,
     imported = _import(tmp_path, items)
     with pytest.raises(HarnessImportError, match=r"quotes benchmark text .*option, reversed"):
         check_metadata_clean(imported.metadata, items)
+
+
+def test_a_generation_import_says_its_parse_failures_and_why_strict_fails(tmp_path, items):
+    """Issue 36 §6: the report said `M6-strict 1, M6-lenient 0` without saying these were parse
+    failures, or why cube's strict extractor fails on every OpenCompass generation (a bare ` A`),
+    and printed a label-cell audit for a run that scores no label."""
+    from cube.importers.opencompass import format_report
+
+    write_oc_run(tmp_path, items, UIDS[:1], "gen", generations=[" A"])
+    out = format_report(_import(tmp_path, items))
+    assert "parse failures (generations no answer was read from): OpenCompass's first_capital_postprocess 0/1, " \
+           "cube's M6-strict 1/1, M6-lenient 0/1" in out
+    assert "M6-strict reads only the strict answer form its own prompts ask for, `答案：X`" in out
+    assert "label cell (" not in out and "no label cell: a generation run's answers are read from the text" in out

@@ -416,3 +416,29 @@ def test_search_text_is_the_article_with_its_anchors_and_nothing_else():
     text = book.search_text(page)
     assert text == '<div role="main"><div id="claim-3">Claim 3\nfootrule &lt; 0.5\nnext\n</div></div>'
     assert book.search_text("<p>no main</p>") == ""
+
+
+def test_a_readers_run_becomes_a_page_without_editing_the_toc(tmp_path):
+    """Issue 36 §6: `cube book build` included a reader's run (`--as NAME`) only after an edit
+    of _toc.yml; the build now adds the unlisted executed runs as a part of their own."""
+    import shutil
+
+    import yaml
+
+    from cube.config import REPO_ROOT
+    from cube.paper.book import READERS_CAPTION, reader_pages, toc_with_readers
+
+    shutil.copy(REPO_ROOT / "_toc.yml", tmp_path / "_toc.yml")
+    executed = tmp_path / "book" / "_executed"
+    executed.mkdir(parents=True)
+    assert reader_pages(tmp_path) == []
+    for name in ("01_tokenizer_audit", "02_preregistered_tests", "my_labels"):
+        (executed / f"{name}.ipynb").write_text("{}", encoding="utf-8")
+    (executed / "failed").mkdir()
+    (executed / "failed" / "broken.ipynb").write_text("{}", encoding="utf-8")
+    assert reader_pages(tmp_path) == ["book/_executed/my_labels"]
+    before = (tmp_path / "_toc.yml").read_text(encoding="utf-8")
+    toc = yaml.safe_load(toc_with_readers(tmp_path, ["book/_executed/my_labels"]).read_text(encoding="utf-8"))
+    assert (tmp_path / "_toc.yml").read_text(encoding="utf-8") == before  # the committed contents untouched
+    assert toc["parts"][-1] == {"caption": READERS_CAPTION, "chapters": [{"file": "book/_executed/my_labels"}]}
+    assert toc["parts"][:-1] == yaml.safe_load(before)["parts"] and toc["root"] == yaml.safe_load(before)["root"]

@@ -596,3 +596,45 @@ def test_issue32_a_resume_finds_the_schema_level_damage_the_readers_find(tmp_pat
     plan = resume_plan(spec, tmp_path)
     assert [j.chunk for j in plan.todo] == [0] and len(plan.broken) == 1, plan.broken
     assert plan.broken[0].startswith(f"{tmp_path / name}: ") and plan.broken[0].endswith("; running it again")
+
+
+# --- schema 1, read forward ----------------------------------------------------------------------
+
+
+def test_a_schema_1_store_is_read_forward_with_the_precision_its_run_log_recorded(tmp_path):
+    """A store written before schema 2 (no dtype, gen_tokens, finish_reason columns; manifest and
+    footer say cube.records/1): every record comes back in schema 2, its precision the one the
+    run log line that lists its shard recorded, per shard, and its generation length not recorded
+    (null), never a guess. A shard no line lists has no recorded precision (null)."""
+    from cube.records.schema import SCHEMA_V1, V1_SCHEMA
+
+    v1 = conform(small(n=6)).select(V1_SCHEMA.names)
+    assert "dtype" not in v1.column_names
+    write_raw(tmp_path, "m1/label--a--00000.parquet", v1.slice(0, 2), version=SCHEMA_V1)
+    write_raw(tmp_path, "m1/label--b--00000.parquet", v1.slice(2, 2), version=SCHEMA_V1)
+    write_raw(tmp_path, "m1/label--c--00000.parquet", v1.slice(4, 2), version=SCHEMA_V1)
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    manifest["schema_version"] = SCHEMA_V1
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
+    (tmp_path / "m1" / "runlog.jsonl").write_text(
+        json.dumps({"model": "m1", "dtype": "bfloat16", "files": ["m1/label--a--00000.parquet"]}) + "\n"
+        + json.dumps({"model": "m1", "dtype": "float32", "files": ["m1/label--b--00000.parquet"]}) + "\n")
+
+    got = read_records(tmp_path)
+    assert got.schema == RECORD_SCHEMA
+    by_uid = {r["uid"]: r for r in got.to_pylist()}
+    want = {f"cmmlu/agronomy/test/{i}": d for i, d in enumerate(["bfloat16"] * 2 + ["float32"] * 2 + [None] * 2)}
+    assert {u: r["dtype"] for u, r in by_uid.items()} == want
+    assert all(r["gen_tokens"] is None and r["finish_reason"] is None for r in by_uid.values())
+    # every other column as written
+    assert rows_sorted(got.select(V1_SCHEMA.names)) == rows_sorted(v1)
+    # a column subset still carries the precision (an essential column)
+    assert set(read_records(tmp_path, columns=["probs"]).column("dtype").to_pylist()) == {"bfloat16", "float32", None}
+
+
+def test_a_finish_reason_outside_stop_and_length_is_refused(tmp_path):
+    bad = conform(small(n=2)).set_column(RECORD_SCHEMA.get_field_index("finish_reason"), "finish_reason",
+                                         pa.array(["stop", "eos"]))
+    write_raw(tmp_path, "m1/part-00000.parquet", bad)
+    with pytest.raises(RecordsError, match=r"finish_reason, row 1: 'eos' is not one of stop, length"):
+        read_records(tmp_path)

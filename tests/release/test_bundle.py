@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import replace
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from cube.config import REPO_ROOT
@@ -228,7 +229,9 @@ def test_manifest_describes_models_protocols_items_and_licences(
     records = read_records(tmp_path / "records")
 
     assert manifest["bundle_schema"] == release.BUNDLE_SCHEMA
-    assert manifest["records_schema"] == "cube.records/1"
+    assert manifest["records_schema"] == "cube.records/2"  # the bundle rewrites every record (scrubbed): schema 2
+    assert {pq.read_schema(p).metadata[b"cube.schema"] for p in (result.bundle / "records").glob("*/*.parquet")} == {
+        b"cube.records/2"}
     assert manifest["n_records"] == records.num_rows
     # protocols: every (scorer, label set, context, shots, order) with its count, computed naively
     naive: dict[tuple, int] = {}

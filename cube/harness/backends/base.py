@@ -47,8 +47,23 @@ class ContinuationLogprobs:
 
 @dataclass(frozen=True)
 class GenerationResult:
+    """One greedy generation. ``token_ids`` are the generated tokens, the end token excluded;
+    ``finish_reason`` says why it ended: "stop" (the model wrote an end token) or "length" (it
+    reached max_new_tokens), so that a parse failure can be told a truncation or a format failure."""
+
     text: str
     token_ids: tuple[int, ...]
+    finish_reason: str
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+def finish_reason(token_ids: tuple[int, ...], max_new_tokens: int) -> str:
+    """Why a greedy loop that drops the end token ended: a generation as long as its budget never
+    wrote an end token inside it ("length"); a shorter one stopped at one ("stop")."""
+    return "length" if len(token_ids) >= max_new_tokens else "stop"
 
 
 @dataclass

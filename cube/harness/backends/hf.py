@@ -36,6 +36,7 @@ from cube.harness.backends.base import (
     ContinuationLogprobs,
     ForwardCounter,
     GenerationResult,
+    finish_reason,
     RequestPlan,
     ScoreRequest,
     batches,
@@ -445,7 +446,7 @@ class HFBackend(Backend):
         ) as bar:
             for chunk in batches(order, batch_size):
                 for i, ids in zip(chunk, self._greedy([encoded[i] for i in chunk], max_new_tokens)):
-                    results[i] = GenerationResult(self.tokenizer.decode(list(ids)), ids)
+                    results[i] = GenerationResult(self.tokenizer.decode(list(ids)), ids, finish_reason(ids, max_new_tokens))
                 bar.update(len(chunk))
         return results  # type: ignore[return-value]
 

@@ -26,6 +26,7 @@ from cube.harness.backends.base import (
     ContinuationLogprobs,
     ForwardCounter,
     GenerationResult,
+    finish_reason,
     ScoreRequest,
     batches,
     count_plans,
@@ -89,7 +90,8 @@ class ReferenceBackend(Backend):
                     if tok in self.eos_ids:
                         break
                     new.append(tok)
-                results.append(GenerationResult(self.tokenizer.decode(new), tuple(new)))
+                results.append(GenerationResult(self.tokenizer.decode(new), tuple(new),
+                                                finish_reason(tuple(new), max_new_tokens)))
         return results
 
 

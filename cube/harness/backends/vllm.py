@@ -46,6 +46,7 @@ from cube.harness.backends.base import (
     ContinuationLogprobs,
     ForwardCounter,
     GenerationResult,
+    finish_reason,
     ScoreRequest,
     count_plans,
     plan_request,
@@ -405,7 +406,7 @@ class VLLMBackend(Backend):
                 raise CubeError(f"generation prompt {p!r} has no tokens (empty and no BOS token)")
             self._check_length(ids, max_new_tokens, "generation prompt")
         if max_new_tokens < 1 or not prompts:
-            return [GenerationResult("", ()) for _ in prompts]
+            return [GenerationResult("", (), "length") for _ in prompts]
         params = SamplingParams(
             temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=sorted(self.eos_ids),
             ignore_eos=True,  # stop on OUR eos ids only, exactly like the reference's loop
@@ -418,10 +419,15 @@ class VLLMBackend(Backend):
         results = []
         for out in outputs:
             ids = tuple(out.outputs[0].token_ids)
-            if ids and ids[-1] in self.eos_ids:
+            stopped = bool(ids) and ids[-1] in self.eos_ids
+            if stopped:
                 ids = ids[:-1]
             self.counter.forward_tokens += max(len(ids) - 1, 0)
-            results.append(GenerationResult(self.tokenizer.decode(list(ids)), ids))
+            # vLLM's own reason ("stop" on a stop token, "length" at max_tokens), checked against the tokens
+            reason = out.outputs[0].finish_reason or ("stop" if stopped else finish_reason(ids, max_new_tokens))
+            if reason not in ("stop", "length"):
+                reason = "stop" if stopped else finish_reason(ids, max_new_tokens)
+            results.append(GenerationResult(self.tokenizer.decode(list(ids)), ids, reason))
         return results
 
 

@@ -25,11 +25,45 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+# Settings a cell configuration may carry that do not change what its records mean beyond
+# floating-point noise: the batch size (how many requests share one padded forward). Stores
+# written before config hash version 3 record it; no comparison reads it, so they still resume
+# under another batch size, and newer cells do not record it at all.
+NOT_BINDING = ("batch_size",)
+# The recorded settings a user sets with a `cube run` option of the same name (``--shard-size``
+# for shard_size): a refused resume names the option and the value that resumes the cell.
+RUN_OPTION_FIELDS = ("benchmark", "split", "sample", "within", "seed", "subjects", "dtype", "backend", "device",
+                     "shard_size", "max_new_tokens")
+
+
 def config_differences(old: Mapping[str, Any], new: Mapping[str, Any],
                        fields: Iterable[str] | None = None) -> list[str]:
-    """``field old -> new`` for every field (of ``fields``, default all) the two disagree on."""
+    """``field old -> new`` for every field (of ``fields``, default all) the two disagree on,
+    except the settings that do not bind a record's meaning (``NOT_BINDING``)."""
     names = list(fields) if fields is not None else sorted(set(old) | set(new))
-    return [f"{n} {_shown(old.get(n))} -> {_shown(new.get(n))}" for n in names if old.get(n) != new.get(n)]
+    return [f"{n} {_shown(old.get(n))} -> {_shown(new.get(n))}" for n in names
+            if n not in NOT_BINDING and old.get(n) != new.get(n)]
+
+
+def resume_options(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """What to do about a refused resume, in words: the options and values that resume the cell
+    where every difference is one of ``RUN_OPTION_FIELDS``, else which settings differ beyond an
+    option (the model's files, the items, the templates) and the options that are part of it."""
+    differing = [n for n in sorted(set(old) | set(new)) if n not in NOT_BINDING and old.get(n) != new.get(n)]
+    options = []
+    for name in differing:
+        if name not in RUN_OPTION_FIELDS:
+            continue
+        option, value = "--" + name.replace("_", "-"), old.get(name)
+        if value is None:
+            options.append(f"without {option}")
+        else:
+            options.append(f"{option} {','.join(map(str, value)) if isinstance(value, list) else value}")
+    others = [n for n in differing if n not in RUN_OPTION_FIELDS]
+    if options and not others:
+        return f"resume it with {' '.join(options)}, or write to a new --out"
+    said = f"; among them {' '.join(options)}" if options else ""
+    return f"rerun with its original options{said}, or write to a new --out"
 
 
 def _cell_of(name: str) -> str:
@@ -57,7 +91,7 @@ def _cell_problem(manifest: Mapping[str, Any], configs: Mapping[str, Mapping],
             differences = config_differences(known[key], config)
             if differences:
                 return (f"cell {key} was written under another configuration: {'; '.join(differences)} "
-                        "(rerun with its original options, or write to a new --out)")
+                        f"({resume_options(known[key], config)})")
             continue
         if any(name.startswith(f"{key}--") for name in listed):
             return (f"cell {key} holds records written before cube recorded cell configurations, so a "

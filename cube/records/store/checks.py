@@ -16,8 +16,13 @@ from cube.records.schema import (
     KEY_COLUMNS,
     RECORD_SCHEMA,
     SCHEMA_METADATA_KEY,
+    SCHEMA_V1,
     SCHEMA_VERSION,
     SCORER_NAMES,
+    FINISH_REASONS,
+    V1_SCHEMA,
+    V2_COLUMNS,
+    migrate_v1,
 )
 from cube.records.store.layout import QHASH_PATTERN
 from cube.records.store.grouping import column_codes, group_ids
@@ -30,18 +35,22 @@ def _same_type(actual: pa.DataType, expected: pa.DataType) -> bool:
     return actual == expected
 
 
-def _check_schema(schema: pa.Schema, where: str) -> None:
+def _check_schema(schema: pa.Schema, where: str) -> str:
+    """The file's schema version (this one, or one a migration reads forward), its columns checked
+    against that version's."""
     metadata = schema.metadata or {}
     version = metadata.get(SCHEMA_METADATA_KEY)
     if version is None:
         raise RecordsError(f"{where}: no {SCHEMA_METADATA_KEY.decode()} in the file metadata")
-    if version.decode("utf-8", "replace") != SCHEMA_VERSION:
+    text = version.decode("utf-8", "replace")
+    if text not in (SCHEMA_VERSION, SCHEMA_V1):
         raise RecordsError(
-            f"{where}: schema version {version.decode('utf-8', 'replace')!r} is not "
-            f"{SCHEMA_VERSION!r}"
+            f"{where}: schema version {text!r} is not {SCHEMA_VERSION!r} (nor {SCHEMA_V1!r}, which is "
+            "read forward)"
         )
+    expected = RECORD_SCHEMA if text == SCHEMA_VERSION else V1_SCHEMA
     present = {f.name: f for f in schema}
-    for field in RECORD_SCHEMA:
+    for field in expected:
         if field.name not in present:
             raise RecordsError(f"{where}: column {field.name} is missing")
         if not _same_type(present[field.name].type, field.type):
@@ -49,9 +58,10 @@ def _check_schema(schema: pa.Schema, where: str) -> None:
                 f"{where}: column {field.name} has type {present[field.name].type}, "
                 f"expected {field.type}"
             )
-    extra = [name for name in present if name not in RECORD_SCHEMA.names]
+    extra = [name for name in present if name not in expected.names]
     if extra:
-        raise RecordsError(f"{where}: column {extra[0]} is not in schema {SCHEMA_VERSION}")
+        raise RecordsError(f"{where}: column {extra[0]} is not in schema {text}")
+    return text
 
 
 def _first(mask: np.ndarray) -> int | None:
@@ -111,6 +121,20 @@ def _check_values(table: pa.Table, where: str) -> None:
                 f"{where}: column probs, row {row}: {float(values[bad])!r} is not a probability "
                 "in [0, 1]"
             )
+
+    if "finish_reason" in table.column_names:
+        reason = table.column("finish_reason")
+        known = ~reason.is_null().to_numpy(zero_copy_only=False)
+        ok = pc.is_in(reason, value_set=pa.array(FINISH_REASONS)).to_numpy(zero_copy_only=False)
+        row = _first(known & ~ok)
+        if row is not None:
+            raise RecordsError(f"{where}: column finish_reason, row {row}: {reason[row].as_py()!r} is not one of "
+                               f"{', '.join(FINISH_REASONS)}")
+    if "gen_tokens" in table.column_names:
+        counts = table.column("gen_tokens").to_numpy(zero_copy_only=False)
+        row = _first(np.nan_to_num(counts.astype(np.float64), nan=0.0) < 0)
+        if row is not None:
+            raise RecordsError(f"{where}: column gen_tokens, row {row}: {int(counts[row])} is not a token count")
 
     gold, pred = _np(table, "gold").astype(np.int64), _np(table, "pred").astype(np.int64)
     row = _first((gold < 0) | (gold >= n_options))
@@ -284,13 +308,22 @@ def check_items(
         )
 
 
-def _read_shard(path: Path, name: str, columns: list[str] | None) -> pa.Table:
+def _read_shard(path: Path, name: str, columns: list[str] | None, dtype: str | None = None) -> pa.Table:
     """One shard as a reader reads it: the schema checked from the footer, the model against its folder
-    (here beside the checks, so that a resume (``cells.shard_problem``) makes them too)."""
+    (here beside the checks, so that a resume (``cells.shard_problem``) makes them too).
+
+    A schema-1 shard is read forward (``migrate_v1``) with ``dtype``, the precision its store
+    recorded for it (``store.read.recorded_dtypes``; None: not recorded)."""
     try:
         parquet = pq.ParquetFile(path)
-        _check_schema(parquet.schema_arrow, name)
-        table = parquet.read(columns=columns)
+        version = _check_schema(parquet.schema_arrow, name)
+        if version == SCHEMA_V1:
+            old = None if columns is None else [c for c in columns if c not in V2_COLUMNS]
+            table = migrate_v1(parquet.read(columns=old), dtype)
+            if columns is not None:
+                table = table.select(columns)
+        else:
+            table = parquet.read(columns=columns)
     except RecordsError:
         raise
     except (pa.ArrowException, OSError, ValueError) as exc:

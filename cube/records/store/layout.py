@@ -22,5 +22,5 @@ QHASH_PATTERN = r"^[0-9a-f]{16}$"
 # the value checks and every analysis need. Only probs, token ids, lengths and text are optional.
 ESSENTIAL_COLUMNS = (
     *KEY_COLUMNS, "qhash", "benchmark", "subject", "gold", "pred", "correct", "parse_failed",
-    "tied", "tie_groups", "scores",
+    "tied", "tie_groups", "scores", "dtype",
 )

@@ -27,6 +27,34 @@ from cube.records.store.checks import (
 from cube.records.store.cells import unfinished_cells
 
 
+def recorded_dtypes(directory: str | Path, manifest: Mapping) -> dict[str, str]:
+    """Shard file -> the precision its store recorded for it: the manifest's cell configuration,
+    else the run log line that lists the file (runs from before cells were recorded). What a
+    schema-1 shard, which has no ``dtype`` column, is read forward with (``migrate_v1``)."""
+    from cube.records.provenance import logged_files, read_run_logs
+
+    by_cell = {key: str(cell["dtype"]) for key, cell in manifest.get("cells", {}).items() if cell.get("dtype")}
+    out: dict[str, str] = {}
+    try:
+        entries = read_run_logs(directory)
+    except RecordsError:
+        entries = []  # a damaged log is reported by the readers that check it, not here
+    for entry in entries:
+        if not entry.get("dtype"):
+            continue
+        try:
+            names = logged_files(entry)
+        except RecordsError:
+            continue
+        for name in names:
+            out[name] = str(entry["dtype"])
+    for name in manifest.get("files", {}):
+        cell = name.rsplit("--", 1)[0]
+        if cell in by_cell:
+            out[name] = by_cell[cell]
+    return out
+
+
 def read_records(
     directory: str | Path,
     verify: bool = True,
@@ -85,6 +113,7 @@ def read_records(
         needed = set(columns) | set(ESSENTIAL_COLUMNS)
         wanted = [name for name in RECORD_SCHEMA.names if name in needed]
 
+    dtypes = recorded_dtypes(directory, manifest)
     tables: list[pa.Table] = []
     for name in tqdm(listed, desc="reading records", unit="file", disable=not progress):
         path = directory / name
@@ -98,7 +127,7 @@ def read_records(
                     f"{where}: sha256 {digest[:12]}... does not match the manifest's "
                     f"{manifest['files'][name]['sha256'][:12]}... (file changed after writing)"
                 )
-        table = _read_shard(path, name, wanted)
+        table = _read_shard(path, name, wanted, dtypes.get(name))
         listed_rows = manifest["files"][name].get("rows")
         if listed_rows is not None and table.num_rows != listed_rows:
             raise RecordsError(

@@ -98,6 +98,7 @@ def _update_manifest(
             raise ResumeMismatch(f"{directory}: {problem}")
         if cell.key not in _cells_with_records(manifest):
             manifest.setdefault("cells", {})[cell.key] = dict(cell.config)
+    manifest["schema_version"] = SCHEMA_VERSION  # its shards: this version, or one read forward
     manifest["synthetic"] = bool(manifest.get("synthetic")) or synthetic
     manifest.setdefault("metadata", {}).update(dict(metadata or {}))
     manifest["files"].update(entries)

