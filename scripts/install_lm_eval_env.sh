@@ -43,7 +43,8 @@ trap 'rm -rf "$wheels"' EXIT
 echo "[3/4] the dependencies multiple-choice tasks need, wheels only"
 "${PIP[@]}" "datasets>=2.16.0" "evaluate>=0.4.0" jinja2 pytablewriter "sacrebleu>=1.5.0" \
     "scikit-learn>=0.24.1" dill more_itertools typing_extensions "tqdm>=4.59.0" \
-    "transformers>=5.16.1,<5.20" accelerate "tokenizers==0.23.3" safetensors
+    "transformers>=5.16.1,<5.20" accelerate "tokenizers==0.23.3" safetensors \
+    tenacity aiohttp requests  # lm-eval's [api] extra: local-completions (benchmarks/served_vs_lm_eval.py)
 
 echo "[4/4] checking the environment imports"
 "$BIN/python" - <<'EOF'

@@ -85,6 +85,16 @@ def register(subparsers) -> None:
                         "(default: a warning, and the run goes on)")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="run the checkpoint's own Python code; only with hf:ORG/NAME@<40-hex commit>")
+    served = p.add_argument_group("a model behind a server (--backend openai; README: Scoring through a server)")
+    served.add_argument("--base-url", help="the OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1; --model "
+                                           "is then the model id it serves. The API key, if any, is read from "
+                                           "$OPENAI_API_KEY (or the variable --api-key-env names), never an option")
+    served.add_argument("--revision", help="what the served weights are (a commit, a tag): recorded as identity")
+    served.add_argument("--tokenizer", help="a model SPEC whose tokenizer the server's tokens must match (default: "
+                                            "--model itself where it is a demo model or a folder)")
+    served.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
+    served.add_argument("--concurrency", type=int, help="requests in flight at once (default 4)")
+    served.add_argument("--request-timeout", type=float, metavar="S", help="seconds per request (default 120)")
     p.set_defaults(func=run)
 
 
@@ -147,14 +157,13 @@ def run(args: argparse.Namespace) -> int:
     from cube.harness.runner import run as run_spec
     from cube.records.store import create_store, writer_lock
 
-    from cube.harness.build import degenerate_warnings
+    from cube.harness.build import degenerate_warnings, model_of
     from cube.protocol.user_file import option_warnings
-    from cube.harness.model_spec import parse_model
     from cube.tokenizers.audit import format_run_audit
 
     check_out(args.out)
     config = RunConfig.from_cli(args)  # the arguments, checked once, as one typed object
-    model = parse_model(config.model, config.trust_remote_code)
+    model = model_of(config)  # a SPEC parsed, or the server behind --base-url asked for its models
     spec = build(config, model)  # every setting is checked, every prompt tried, every cell audited: before a model loads
     with writer_lock(config.out):  # one writer per store, from the resume check to the run log
         create_store(config.out)  # at once, so that the folder reads as a store (check_out) from now on
@@ -180,5 +189,13 @@ def run(args: argparse.Namespace) -> int:
         # The plan is this lock's: the library neither re-tries the prompts nor re-plans the resume.
         log = run_spec(backend, spec, config.out, model_sha256=spec.settings.model_sha256, plan=plan)
     print(f"wrote {log['records_written']} records in {log['jobs_run']} shards, {log['wall_s']} s", file=sys.stderr)
+    served = getattr(backend, "served", None)
+    if served is not None:
+        from collections import Counter
+
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(Counter(map(str, backend.finish_reasons)).items()))
+        print(f"server: {served.requests} requests, {served.prompts} prompts, {served.prompt_tokens} prompt tokens "
+              f"read, {backend.client.retried} retries" + (f"; generations' finish reasons: {reasons}" if reasons else ""),
+              file=sys.stderr)
     print_scores(config.out, spec)
     return 0

@@ -39,7 +39,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     downloaded once.
     """
     from cube.harness.backends import check_backend
-    from cube.harness.model_spec import check_fits, parameter_count, parse_model
+    from cube.harness.model_spec import check_fits, parameter_count
     from cube.harness.precision import check_device, choose_dtype, recorded_dtype
     from cube.protocol.benchmarks import resolve
     from cube.protocol.items import stratified_sample
@@ -50,7 +50,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     check_device(config.device)  # before items and the model load (torch's own errors are tracebacks)
     check_backend(config.backend)  # a missing vLLM: one line on how to get it, before items and the probe
     if model is None:
-        model = parse_model(config.model, config.trust_remote_code)  # a bad SPEC fails here, not at load
+        model = model_of(config)  # a bad SPEC fails here, not at load
     bench = resolve(config.benchmark, config.card)  # a user's file is read and checked whole here
     if bench.path is not None and config.data is not None:
         raise ConfigError(f"--data {config.data} names a registered benchmark's folder; --benchmark {config.benchmark} "
@@ -93,12 +93,39 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
             dtype_reason=precision.reason, backend=config.backend, config=config,
             audit=tuple(audit_cells(model, label_sets, config, chat_template, templates,
                                     max(len(i.options) for i in items))),
-            chat_template=chat_template,
+            chat_template=chat_template, **served_settings(model),
         ),
     )
     preflight(spec)  # every prompt the run will build: shots, orders, label sets, names
     strict_audit(spec, config.strict_audit)
     return spec
+
+
+def model_of(config: RunConfig):
+    """The model ``config`` scores: a parsed ``--model SPEC``, or under ``--backend openai`` the
+    model behind ``--base-url`` (``cube.harness.backends.served.ServedModel``), whose id the
+    server's model list is checked for now."""
+    from cube.harness.model_spec import parse_model
+
+    if config.backend != "openai":
+        return parse_model(config.model, config.trust_remote_code)
+    from cube.harness.backends.served import API_KEY_ENV, DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT_S, ServerSettings, \
+        served_model
+
+    settings = ServerSettings(
+        base_url=config.base_url, model=config.model, revision=config.revision,
+        api_key_env=config.api_key_env or API_KEY_ENV, concurrency=config.concurrency or DEFAULT_CONCURRENCY,
+        timeout_s=config.request_timeout or DEFAULT_TIMEOUT_S)
+    return served_model(settings, config.tokenizer)
+
+
+def served_settings(model) -> dict:
+    """``RunSettings``' server fields of a served model; none for a model loaded here."""
+    if getattr(model, "kind", None) != "server":
+        return {}
+    return {"server_url": model.settings.base_url, "served_model_id": model.settings.model,
+            "served_revision": model.settings.revision,
+            "audit_checked_against": model.local.described if model.local is not None else None}
 
 
 def chat_template_of(model, config: RunConfig):
@@ -114,6 +141,9 @@ def audit_cells(model, label_sets, config: RunConfig, chat_template=None, templa
     """Every (label set x answer context x shots x chat template) cell on the tokenizer the run
     scores with, before any weights load: the same cells ``cube audit --model`` prints. In a chat
     cell the labels are tokenized after the assistant turn's cue, where they are scored.
+
+    A served model's cells are audited on the tokens the server reads them as; where cube also
+    has its tokenizer, the same cells on that tokenizer must agree (``compare_audits``).
     ``templates``: the benchmark's prompt format; ``n_options``: the most options an item of the
     run has, so that a longer set is audited on the labels it shows (its first N)."""
     from cube.protocol.label_sets import LabelSet
@@ -122,8 +152,35 @@ def audit_cells(model, label_sets, config: RunConfig, chat_template=None, templa
 
     if n_options is not None:
         label_sets = [LabelSet(ls.name, ls.labels[:n_options]) if len(ls) > n_options else ls for ls in label_sets]
-    return audit_run_cells(model.tokenizer(), model.name, label_sets, load_contexts(config.contexts, templates),
-                           sorted(set(config.shots)), config.chat_templates, chat_template, templates)
+    contexts, shots = load_contexts(config.contexts, templates), sorted(set(config.shots))
+    served = getattr(model, "kind", None) == "server"
+    if served and all(context.tokenization == "in_context" for context in contexts):
+        from cube.protocol.prompts import load_templates
+        from cube.tokenizers.audit import audit_prompt
+
+        templates, texts = templates or load_templates(), []  # every plain cell's texts, in a few requests
+        for label_set in label_sets:
+            for context in contexts:
+                for k in shots:
+                    prompt = audit_prompt(label_set, context, templates, k)
+                    texts += [prompt] + [prompt + context.label_prefix + label for label in label_set.labels]
+        model.backend.echo(texts)
+
+    def audit(tokenizer) -> list:
+        return audit_run_cells(tokenizer, model.name, label_sets, contexts, shots, config.chat_templates,
+                               chat_template, templates)
+
+    cells = audit(model.tokenizer())
+    if served and model.local is not None:
+        from cube.harness.backends.served import compare_audits
+
+        local_tokenizer = model.local.tokenizer()
+        ids_comparable = bool(model.backend.table.server_ids)
+        compare_audits(cells, audit(local_tokenizer), model.name, ids_comparable=ids_comparable)
+        if ids_comparable:  # the same ids: the local vocabulary names them (bytes, not offsets)
+            model.tokenizer().local = local_tokenizer
+            cells = audit(model.tokenizer())
+    return cells
 
 
 def degenerate_warnings(spec: RunSpec) -> list[str]:
@@ -145,4 +202,5 @@ def strict_audit(spec: RunSpec, strict: bool) -> None:
                                                                 if len(warnings) > 1 else ""))
 
 
-__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "chat_template_of", "check_contexts", "degenerate_warnings", "strict_audit"]
+__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "chat_template_of", "check_contexts", "degenerate_warnings",
+           "model_of", "served_settings", "strict_audit"]

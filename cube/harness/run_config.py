@@ -32,7 +32,10 @@ LIST_FIELDS = ("subjects", "label_sets", "scorers", "shots", "contexts", "orders
 # Spelt out in a logged command only where they are not the default, so that a run without them
 # logs the command it logged before they existed.
 COMMAND_IF_SET = ("chat_templates",)
-POSITIVE_FIELDS = ("sample", "within", "max_new_tokens", "batch_size", "shard_size")
+POSITIVE_FIELDS = ("sample", "within", "max_new_tokens", "batch_size", "shard_size", "concurrency")
+# The options of a model behind a server (``--backend openai``, cube.harness.backends.served); the
+# API key is read from the environment variable ``api_key_env`` names, never given as an option.
+SERVER_FIELDS = ("base_url", "revision", "tokenizer", "api_key_env", "concurrency", "request_timeout")
 
 
 def flag(name: str) -> str:
@@ -70,6 +73,12 @@ class RunConfig:
     strict_audit: bool = False  # a first-token scorer on a DEGEN cell is an error, not a warning
     trust_remote_code: bool = False  # only for an hf:ORG/NAME@<commit> model (cube.harness.model_spec)
     card: Path | None = None  # a user's benchmark file's card (README: Your benchmark); None: the one beside it
+    base_url: str | None = None  # --backend openai: the server's OpenAI-compatible URL
+    revision: str | None = None  # --backend openai: the revision the user declares the served weights are
+    tokenizer: str | None = None  # --backend openai: a SPEC whose tokenizer the server's tokens must match
+    api_key_env: str | None = None  # --backend openai: the variable holding the API key (None: OPENAI_API_KEY)
+    concurrency: int | None = None  # --backend openai: requests in flight (None: 4)
+    request_timeout: float | None = None  # --backend openai: seconds per request (None: 120)
 
     def __post_init__(self) -> None:
         from cube.protocol.scorers import run_scorers  # the scorer table itself: no pyarrow for a config
@@ -99,6 +108,17 @@ class RunConfig:
             raise ConfigError(f"--shard {k}/{n}: need 0 <= K < N")
         if self.within is not None and (self.sample is None or self.sample > self.within):
             raise ConfigError(f"--within {self.within} needs a --sample of at most {self.within}")
+        if self.request_timeout is not None:
+            object.__setattr__(self, "request_timeout", float(self.request_timeout))
+            if self.request_timeout <= 0:
+                raise ConfigError(f"--request-timeout {self.request_timeout:g} must be more than 0 seconds")
+        if self.backend == "openai" and self.base_url is None:
+            raise ConfigError("--backend openai needs --base-url URL of an OpenAI-compatible server "
+                              "(e.g. http://127.0.0.1:8000/v1) and the model id it serves as --model")
+        given = [name for name in SERVER_FIELDS if getattr(self, name) is not None]
+        if self.backend != "openai" and given:
+            raise ConfigError(f"{flag(given[0])} is an option of --backend openai (a model behind a server), "
+                              f"not of --backend {self.backend}")
 
     @classmethod
     def default(cls, name: str) -> Any:
@@ -156,7 +176,7 @@ class RunConfig:
     def command_line(self) -> str:
         """The run as one explicit command (every option spelled out), for the run log and provenance."""
         parts = ["cube", "run"]
-        for name in COMMAND_FIELDS:
+        for name in COMMAND_FIELDS + SERVER_FIELDS:  # a server's options only where given (None otherwise)
             value = getattr(self, name)
             if name in COMMAND_IF_SET and value == self.default(name):
                 continue
@@ -201,6 +221,12 @@ class RunSettings:
     # A user's benchmark file (and card): its sha256, so that a resume on a changed file is refused
     # (the items' uid + question hash would not show a changed option or answer). None: a registered one.
     benchmark_sha256: str | None = None
+    # --backend openai: where the model is served and what it says it is (the identity in
+    # model_sha256 digests all three; nothing hashes the weights); None for a model loaded here
+    server_url: str | None = None
+    served_model_id: str | None = None
+    served_revision: str | None = None
+    audit_checked_against: str | None = None  # the local tokenizer the server's tokens were held to
 
     def __post_init__(self) -> None:
         for name in ("subjects", "model_files"):
@@ -237,6 +263,9 @@ class RunSettings:
             logged["audit"] = [cell.to_log() for cell in self.audit]
         if self.chat_template is not None:
             logged["chat_template"] = self.chat_template.to_log()
+        for name in ("server_url", "served_model_id", "served_revision", "audit_checked_against"):
+            if getattr(self, name) is not None:  # a model loaded here logs what it logged before
+                logged[name] = getattr(self, name)
         return logged
 
     @classmethod
@@ -276,6 +305,11 @@ def _from_text(name: str, text: str) -> Any:
     if name in LIST_FIELDS:
         entries = text.split(",")
         return tuple(int(e) for e in entries) if name == "shots" else tuple(entries)
+    if name == "request_timeout":
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"{flag(name)} {text!r} is not a number of seconds") from None
     if name in POSITIVE_FIELDS or name == "seed":
         try:
             return int(text)
@@ -284,5 +318,6 @@ def _from_text(name: str, text: str) -> Any:
     return text
 
 
-__all__ = ["COMMAND_FIELDS", "COMMAND_IF_SET", "LIST_FIELDS", "POSITIVE_FIELDS", "RECORDED_SETTINGS", "RunConfig", "RunSettings", "flag",
+__all__ = ["COMMAND_FIELDS", "COMMAND_IF_SET", "LIST_FIELDS", "POSITIVE_FIELDS", "RECORDED_SETTINGS", "SERVER_FIELDS",
+           "RunConfig", "RunSettings", "flag",
            "parse_shard"]

@@ -21,6 +21,7 @@ from cube.harness.backends.base import (
 BACKENDS: dict[str, str] = {
     "hf": "cube.harness.backends.hf:HFBackend",  # transformers, CPU or CUDA
     "vllm": "cube.harness.backends.vllm:VLLMBackend",  # vLLM with automatic prefix caching
+    "openai": "cube.harness.backends.served:ServedBackend",  # any OpenAI-compatible /v1/completions server
 }
 
 

