@@ -20,7 +20,7 @@ from cube.config import REPO_ROOT
 from cube.errors import HarnessImportError
 from cube.importers.contract import write_store
 from cube.importers.evalscope import ES_SCORER, IMPORTER, LABELS, describe, import_runs, read
-from cube.protocol.items import load_items
+from cube.protocol.benchmarks import load_items
 from cube.records.store import read_manifest, read_records
 
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "evalscope"

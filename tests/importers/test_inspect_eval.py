@@ -19,7 +19,7 @@ import pytest
 from cube.config import REPO_ROOT
 from cube.errors import HarnessImportError
 from cube.importers.inspect_eval import INSPECT_SCORER, LABELS, describe, import_runs, read, read_log
-from cube.protocol.items import load_items
+from cube.protocol.benchmarks import load_items
 from cube.records.store import read_records
 
 CEVAL = REPO_ROOT / "tests" / "fixtures" / "ceval"

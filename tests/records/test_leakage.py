@@ -834,3 +834,21 @@ def test_issue32_metadata_is_audited_as_a_generation_is(index, unique_short_opti
     texts, hits = audit_metadata({"note": _json_escaped(option), "n": 3}, index)
     assert [(h.item_uid, h.encoding) for h in hits] == [(uid, "json-escape")], [(h.kind, h.offset) for h in hits]
     assert audit_metadata({"provenance": "the GGUF part 2 0.2.0 holds the weights", "id": "2020-x"}, index)[1] == []
+
+
+def test_schema_2_columns_are_identifiers_of_a_fixed_form_so_a_release_carries_no_text_in_them():
+    """dtype and finish_reason (schema 2) are identifiers: a value of another form is refused by
+    row, never shown (the 05_leakage page asserts that only `generation` carries free text)."""
+    import pyarrow as pa
+
+    from cube.errors import RecordsError
+    from cube.records.leakage.tables import ID_FORMS, check_id_forms
+
+    assert {"dtype", "finish_reason"} <= set(ID_FORMS)
+    good = pa.table({"dtype": ["float32", "bfloat16", None], "finish_reason": ["stop", "length", None]})
+    check_id_forms(good, "records")
+    for column, planted in (("dtype", "这是一段测试文字"), ("finish_reason", "stop because the answer is A")):
+        bad = good.set_column(good.schema.get_field_index(column), column,
+                              pa.array([good.column(column)[0].as_py(), planted, None]))
+        with pytest.raises(RecordsError, match=rf"column {column}, row 1: a {len(planted)}-character value"):
+            check_id_forms(bad, "records")

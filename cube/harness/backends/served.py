@@ -60,6 +60,7 @@ from cube.harness.backends.base import (
     ForwardCounter,
     GenerationResult,
     ScoreRequest,
+    finish_reason,
 )
 from cube.protocol.tokenization import common_prefix_len
 
@@ -493,13 +494,19 @@ class ServedBackend(Backend):
                 self.served.prompt_tokens += int(usage.get("prompt_tokens") or 0)
                 self.served.completion_tokens += int(usage.get("completion_tokens") or 0)
             self.finish_reasons.append(choice.get("finish_reason"))
-        return GenerationResult(text, tuple(ids))
+        reason = choice.get("finish_reason")
+        if reason is None and ids:
+            reason = finish_reason(tuple(ids), max_new_tokens)  # a server that does not say: from the count
+        if reason not in ("stop", "length"):
+            raise ServerError(f"{where}: a generation ended with finish_reason {reason!r}, neither 'stop' nor "
+                              f"'length' (cube records whether an answer was truncated; check the server's log)")
+        return GenerationResult(text, tuple(ids), reason)
 
     def generate(self, prompts: list[str], max_new_tokens: int, batch_size: int = 8) -> list[GenerationResult]:
         """Greedy (temperature 0), stopped by the server at the model's end of sequence or
         ``max_new_tokens``; the finish reasons are kept in ``finish_reasons``."""
         if max_new_tokens < 1 or not prompts:
-            return [GenerationResult("", ()) for _ in prompts]
+            return [GenerationResult("", (), "length") for _ in prompts]
         with ThreadPoolExecutor(max_workers=self.settings.concurrency) as pool:
             return list(pool.map(lambda p: self._generate_one(p, max_new_tokens), prompts))
 

@@ -24,7 +24,7 @@ from cube.protocol.items import Item
 from cube.records.leakage.audit import TextHit, audit_texts
 from cube.records.leakage.index import LeakageIndex
 from cube.records.leakage.scrubbing import scrub
-from cube.records.schema import FREE_TEXT_COLUMNS, SCORER_NAMES
+from cube.records.schema import FINISH_REASONS, FREE_TEXT_COLUMNS, SCORER_NAMES
 
 # The leakage audit scans EVERY string and binary column, identifiers included: a writer (or an
 # adversary) can put text in any of them, and tie_groups once carried planted text through audit,
@@ -43,6 +43,9 @@ ID_FORMS = {
     "scorer": "^(?:" + "|".join(re.escape(name) for name in SCORER_NAMES) + ")$",
     "uid": r"^[a-z0-9_-]{1,32}/[A-Za-z0-9_-]{1,64}/[a-z]{1,16}/[0-9]{1,9}$",
     **{name: _NAME for name in ("model", "benchmark", "subject", "label_set", "context", "order")},
+    # schema 2 (issue 33): the precision a record was scored in, and why a generation ended
+    "dtype": r"^(?:bfloat16|float16|float32)$",
+    "finish_reason": "^(?:" + "|".join(FINISH_REASONS) + ")$",
 }
 
 

@@ -73,7 +73,8 @@ def _generate_choice(state: FakeState, prompt: str, max_tokens: int) -> tuple[di
     for _ in range(max_tokens):  # greedy on the fake model: the smallest id of the few tried
         out.append(min(range(30, 40), key=lambda t: -fake_logprob(ids + out + [t], len(ids) + len(out))))
     text = state.tokenizer.decode(out)
-    return ({"index": 0, "text": text, "finish_reason": "length",
+    reason = {"finish_abort": "abort", "finish_missing": None}.get(state.fault, "length")
+    return ({"index": 0, "text": text, "finish_reason": reason,
              "logprobs": {"tokens": [f"token_id:{i}" for i in out], "token_logprobs": [-0.1] * len(out)}},
             len(ids), len(out))
 

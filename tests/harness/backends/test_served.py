@@ -214,3 +214,18 @@ def test_a_failed_run_resumes_to_the_records_of_an_uninterrupted_one(demo_tokeni
         assert main(argv) == 0
     assert f"{len(written)} already done" in capsys.readouterr().err
     assert records_of(tmp_path / "resumed") == records_of(tmp_path / "whole")
+
+
+def test_a_generation_records_the_servers_finish_reason_and_refuses_one_it_cannot_read(demo_tokenizer):
+    """The finish reason decides whether a parse failure was a truncation (claim 8): the server's
+    own word is kept; a server that gives none is read from the token count; another value is one
+    error, never a record with a guessed reason."""
+    with serve(FakeState(demo_tokenizer)) as url:
+        (got,) = backend_for(url).generate(["答案："], max_new_tokens=3)
+    assert (got.finish_reason, got.n_tokens) == ("length", 3)
+    with serve(FakeState(demo_tokenizer, fault="finish_missing")) as url:
+        (got,) = backend_for(url).generate(["答案："], max_new_tokens=3)
+    assert got.finish_reason == "length"  # 3 tokens of a budget of 3, as the HF backend decides
+    with serve(FakeState(demo_tokenizer, fault="finish_abort")) as url:
+        with pytest.raises(ServerError, match="finish_reason 'abort'"):
+            backend_for(url).generate(["答案："], max_new_tokens=3)
