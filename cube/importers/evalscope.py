@@ -55,9 +55,13 @@ from cube.protocol.scorers import SCORERS
 ES_SCORER = "M6-es"
 LABELS = ("A", "B", "C", "D")
 KNOWN_BENCHMARKS = ("ceval", "cmmlu")  # EvalScope's benchmark names, which are cube's
-# EvalScope's C-Eval and CMMLU prompts: "问题：<question>\n选项：\nA. <option>\n..." (the test question
+# EvalScope's C-Eval and CMMLU prompts: "问题：<question>\n选项：\n<option lines>" (the test question
 # is the last block; the few-shot exemplars come first).
 _QUESTION = re.compile(r"问题：(.*?)\n选项：\n", re.S)
+# How each benchmark's adapter writes an option line: C-Eval's own ``format_prompt_template``
+# writes "A. <option>"; CMMLU's goes through the generic ``MultiChoiceAdapter``, whose
+# ``answer_options`` writes "A) <option>" (EvalScope 1.14.1, both in the zero- and few-shot prompts).
+OPTION_LINE = {"ceval": "{label}. {option}", "cmmlu": "{label}) {option}"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,7 +221,8 @@ def match_item(prompt: str, subset: SubsetRun, by_hash: Mapping[str, Sequence[It
                                  f"{subset.split} item (another copy of the benchmark? pass it with --data)")
     last = prompt[prompt.rfind("问题："):]
     for item in candidates:
-        block = f"问题：{item.question}\n选项：\n" + "\n".join(f"{l}. {o}" for l, o in zip(LABELS, item.options))
+        block = f"问题：{item.question}\n选项：\n" + "\n".join(
+            OPTION_LINE[subset.benchmark].format(label=l, option=o) for l, o in zip(LABELS, item.options))
         if last == block or last.startswith(block + "\n"):
             return item
     raise HarnessImportError(f"{where}: the prompt's options are not item {candidates[0].uid}'s, in its order "

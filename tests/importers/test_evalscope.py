@@ -153,3 +153,50 @@ def test_cube_import_evalscope_writes_the_store_and_reports(tmp_path, capsys, mo
     assert out.startswith(f"imported {n} samples of 2 subset(s), model {MODEL}: {3 * n} records")
     assert read_records(tmp_path / "store").num_rows == 3 * n
     assert IMPORTER.name == "evalscope" and not IMPORTER.audits
+
+
+def _as_cmmlu_run(folder: Path, option_line: str) -> None:
+    """The fixture's run rewritten as EvalScope's CMMLU adapter names and lays it out: the benchmark
+    ``cmmlu`` in the config and the file names, and every option line of the prompts written
+    ``option_line`` (its generic ``answer_options`` writes ``A) <option>``; C-Eval's own adapter
+    ``A. <option>``). The generations, reviews and reports are the real run's."""
+    import re
+
+    import yaml
+
+    config_path = next(folder.glob("*/configs/task_config*.yaml"))
+    config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    config["resolved_benchmarks"] = {"cmmlu": {**config["resolved_benchmarks"]["ceval"], "name": "cmmlu"}}
+    config_path.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    for path in [*folder.glob("*/predictions/*/ceval_*.jsonl"), *folder.glob("*/reviews/*/ceval_*.jsonl"),
+                 *folder.glob("*/reports/*/ceval.json")]:
+        path.rename(path.with_name(path.name.replace("ceval", "cmmlu", 1)))
+    for path in folder.glob("*/predictions/*/cmmlu_*.jsonl"):
+        entries = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        for entry in entries:
+            for message in entry["messages"]:
+                message["content"] = re.sub(r"(?m)^([ABCD])\. ", lambda m: option_line.format(label=m.group(1)),
+                                            message["content"])
+        path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries), encoding="utf-8")
+
+
+def test_a_cmmlu_run_is_read_in_its_adapters_option_layout(tmp_path, items):
+    # EvalScope 1.14.1 writes CMMLU's options "A) <option>" (a real run on the 24 CMMLU items of
+    # data/imported/evalscope-smollm2 did); its C-Eval options "A. <option>". Each benchmark's prompt
+    # is checked against its own layout.
+    folder = _copy(tmp_path)
+    _as_cmmlu_run(folder, "{label}) ")
+    imported = _import(folder, items)
+    reviews = _reviews(folder)
+    assert len(imported.rows) == 3 * len(reviews)
+    assert {d["benchmark"] for d in imported.metadata["evalscope"]["subsets"].values()} == {"cmmlu"}
+    extracted = sorted(r["sample_score"]["score"]["extracted_prediction"] or "" for r in reviews)
+    assert sorted(LABELS[r["pred"]] if r["pred"] >= 0 else "" for r in imported.rows if r["scorer"] == ES_SCORER) \
+        == extracted
+
+
+def test_a_cmmlu_run_in_c_evals_option_layout_is_refused(tmp_path, items):
+    folder = _copy(tmp_path)
+    _as_cmmlu_run(folder, "{label}. ")  # not how EvalScope prompts CMMLU: not this item's prompt
+    with pytest.raises(HarnessImportError, match="the prompt's options are not item"):
+        _import(folder, items)
