@@ -200,3 +200,34 @@ def test_a_cmmlu_run_in_c_evals_option_layout_is_refused(tmp_path, items):
     _as_cmmlu_run(folder, "{label}. ")  # not how EvalScope prompts CMMLU: not this item's prompt
     with pytest.raises(HarnessImportError, match="the prompt's options are not item"):
         _import(folder, items)
+
+
+# ---- the committed real CMMLU run: data/imported/evalscope-smollm2 (data/imported/README.md) ------
+
+CMMLU_STORE = REPO_ROOT / "data" / "imported" / "evalscope-smollm2"
+CUBE_24 = REPO_ROOT / "data" / "harnesses" / "cube-smollm2-24"
+
+
+def test_the_committed_cmmlu_run_holds_evalscopes_decisions_on_the_24_items():
+    table = read_records(CMMLU_STORE).to_pylist()
+    meta = read_manifest(CMMLU_STORE)["metadata"]["evalscope"]
+    # the items of cube's own run and of the lm-eval import, one per subject
+    assert {r["uid"] for r in table} == {r["uid"] for r in read_records(CUBE_24).to_pylist()}
+    assert len({r["uid"] for r in table}) == 24 and {r["subject"] for r in table} == {
+        d["subject"] for d in meta["subsets"].values()}
+    # EvalScope's own report of each subset, logged in the manifest, is the M6-es records' accuracy
+    for d in meta["subsets"].values():
+        rows = [r for r in table if r["scorer"] == ES_SCORER and r["subject"] == d["subject"]]
+        assert len(rows) == d["n"] == 1 and float(rows[0]["correct"]) == d["reported"]
+    run = next(iter(meta["runs"].values()))
+    bench = run["benchmarks"]["cmmlu"]
+    assert run["evalscope_version"] == "1.14.1" and bench["few_shot_num"] == 0 and bench["eval_split"] == "test"
+    assert "请在回答前进行一步步思考" in bench["prompt_template"]  # its CMMLU default: chain of thought
+    assert "dataset_id" not in bench  # the scratch folder's path is not kept
+
+
+def test_the_committed_cmmlu_run_holds_no_benchmark_text(benchmarks_root, capsys):
+    from cube import cli
+
+    code = cli.main(["release", "audit", str(CMMLU_STORE), "--items", str(benchmarks_root / "cmmlu")])
+    assert code == 0 and "leakage audit clean: 0 hit(s) in 72 records" in capsys.readouterr().out
