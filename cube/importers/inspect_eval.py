@@ -26,8 +26,9 @@ so it is the token holding that letter, a lone label (``"B"``, ``" B"``); each l
 that token's text with the letter replaced (``" A"`` ... ``" D"``). Where ``choice`` read no
 answer and the generation opens with a lone label (small models answer ``"A) ..."`` without
 ``ANSWER:``), the first generated token is the answer token: the model's choice of label where it
-started its answer. Otherwise there is no answer token, and the scored record is a parse failure
-(no scores). The report counts each of the three.
+started its answer. Otherwise there is no answer token and no scored record for the sample (a scored
+record always has its scores); the report counts each of the three, and ``M1-inspect``'s accuracy
+is over the samples with an answer token.
 
 A label outside the top-K has no number in the log, only a bound: at most the K-th
 log-probability. It is not invented: it scores that K-th log-probability (the floor), and two or
@@ -323,9 +324,8 @@ def import_log(log: InspectLog, items: Sequence[Item], leakage: Any) -> tuple[li
             continue
         index, how = answer_token(tokens, score.get("answer"))
         summary.answer_tokens[how] = summary.answer_tokens.get(how, 0) + 1
-        if index is None:
+        if index is None:  # no scores to record: a scored record always has them (the store's check)
             summary.n_parse_failed[LOGPROB_SCORER] = summary.n_parse_failed.get(LOGPROB_SCORER, 0) + 1
-            decisions.append(Decision(item, LOGPROB_SCORER, cell, gold, None, pred=None))
             continue
         result, absent = label_scores(tokens[index], LABELS[:len(item.options)])
         summary.n_label_absent += absent > 0
@@ -338,7 +338,8 @@ def import_log(log: InspectLog, items: Sequence[Item], leakage: Any) -> tuple[li
         if n_scored != len(log.samples):
             raise HarnessImportError(f"{log.path}: {n_scored} of its {len(log.samples)} samples carry top "
                                      "log-probabilities; a log scores all its samples with --top-logprobs or none")
-        summary.logprob_accuracy = logprob_correct / n_scored
+        with_token = n_scored - summary.answer_tokens.get(NO_ANSWER_TOKEN, 0)
+        summary.logprob_accuracy = logprob_correct / with_token if with_token else None
     if abs(summary.accuracy - summary.reported) > 1e-9:
         raise HarnessImportError(f"{log.path}: the log reports accuracy {summary.reported:g} but its samples give "
                                  f"{summary.accuracy:g}; the results are not of these samples")
@@ -393,9 +394,11 @@ def _logprob_report(meta: Mapping[str, Any]) -> list[str]:
                 f"{LOGPROB_SCORER} records)"]
     k = lp["top_logprobs"] or "K"
     tokens = lp["answer_tokens"]
-    return [f"  log-likelihood {LOGPROB_SCORER} (labels at the answer token, top-{k}): accuracy {lp['accuracy']:g}; "
-            f"answer token {AFTER_ANSWER} {tokens.get(AFTER_ANSWER, 0)}, {FIRST_TOKEN} {tokens.get(FIRST_TOKEN, 0)}, "
-            f"none (parse failure) {tokens.get(NO_ANSWER_TOKEN, 0)}",
+    scored = tokens.get(AFTER_ANSWER, 0) + tokens.get(FIRST_TOKEN, 0)
+    accuracy = "-" if lp["accuracy"] is None else f"{lp['accuracy']:g}"
+    return [f"  log-likelihood {LOGPROB_SCORER} (labels at the answer token, top-{k}): accuracy {accuracy} over "
+            f"{scored} records; answer token {AFTER_ANSWER} {tokens.get(AFTER_ANSWER, 0)}, {FIRST_TOKEN} "
+            f"{tokens.get(FIRST_TOKEN, 0)}, none (no record) {tokens.get(NO_ANSWER_TOKEN, 0)}",
             f"  items with a label outside the top-{k}: {lp['n_label_absent']}/{meta['n']} (scored at the "
             f"top-{k} floor, tied among themselves; decided by such a tie: {lp['n_absent_tied']})"]
 
