@@ -246,3 +246,16 @@ def _tokens(*texts: str) -> list[GeneratedToken]:
 ])
 def test_the_answer_token_is_where_choice_read_its_letter(texts, answered, expected):
     assert answer_token(_tokens(*texts), answered) == expected
+
+
+def test_a_sample_without_an_answer_token_has_no_scored_record_and_is_counted(tmp_path, items):
+    def no_label(edited: list[dict]) -> None:  # the generation opens with a word, not a lone label
+        edited[0]["output"]["choices"][0]["logprobs"]["content"][0]["token"] = "The"
+
+    imported = import_runs(read(_edited_log(tmp_path, no_label), "ceval").runs, items)
+    samples = _samples(LOG)
+    assert _uid(samples[0]) not in _by_uid(imported.rows, LOGPROB_SCORER)
+    assert len(_by_uid(imported.rows, LOGPROB_SCORER)) == len(samples) - 1
+    meta = imported.metadata["inspect_ai"]["logprobs"]
+    assert meta["answer_tokens"] == {"first token": len(samples) - 1, "none": 1}
+    assert "over 5 records" in format_report(imported) and "none (no record) 1" in format_report(imported)
