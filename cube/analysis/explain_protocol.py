@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cube.errors import CubeError
-from cube.importers.contract import ScoringProtocol, extractor_of
+from cube.importers.contract import EXEMPLAR_SLOT, EXEMPLARS_ANSWER, ScoringProtocol, exemplars_of, extractor_of
 from cube.importers.registry import importer_of
 
 # What each stored scorer normalises over (or how it decides), as a reader compares them.
@@ -69,7 +69,7 @@ def _cube_prompt(cell: Mapping[str, Any]) -> tuple[str | None, str | None, str |
                       for label, index in zip(label_set.labels, shown))
             + cue)
     if int(cell["shots"]) > 0:
-        text = f"{{{{{int(cell['shots'])} solved examples of the subject}}}}" + text
+        text = EXEMPLAR_SLOT + text
     return text, prefix, CUBE_TOKENIZATION.get(mode, mode)
 
 
@@ -97,11 +97,13 @@ def describe(manifest: Mapping[str, Any], cell: Mapping[str, Any],
     harness = next((k for k in metadata if k not in ("families", "source")), None)
     if harness is not None:  # a store of an importer this version does not know: its prompt is not read
         return ScoringProtocol(str(harness), None, None, None, normalisation, None,
-                               extractor=extractor_of(cell["scorer"]))
+                               extractor=extractor_of(cell["scorer"]), exemplars=exemplars_of(cell["shots"], None))
     prompt, prefix, tokenization = _cube_prompt(cell)
     return ScoringProtocol("cube", prompt, prefix, tokenization, normalisation,
                            _frozen_verdict(frozen_audit, family, cell), extractor=extractor_of(cell["scorer"]),
-                           aggregation=CUBE_AGGREGATION, chat_template=_chat_template(manifest, cell))
+                           aggregation=CUBE_AGGREGATION, chat_template=_chat_template(manifest, cell),
+                           # cube's shots: dev items of the subject, each ending in its answer label
+                           exemplars=exemplars_of(cell["shots"], EXEMPLARS_ANSWER))
 
 
 def _chat_template(manifest: Mapping[str, Any], cell: Mapping[str, Any]) -> str:

@@ -55,11 +55,13 @@ from cube.checksums import sha256_file
 from cube.errors import HarnessImportError
 from cube.files import MAX_FILE_BYTES, parse_json, read_bytes
 from cube.importers.contract import (
+    CHAT_BY_SERVER,
     Decision,
     HarnessImporter,
     Imported,
     RunsRead,
     ScoringProtocol,
+    exemplars_of,
     extractor_of,
     generation_decisions,
     items_by_hash,
@@ -429,8 +431,12 @@ def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Seq
     steps = (logged.get("plan") or {}).get("steps") or []
     params = next((s.get("params") or {} for s in steps if s.get("solver") == "multiple_choice"), {})
     template = params.get("template")
+    model = str(((logged.get("eval") or {}).get("model")) or "")
+    # inspect's openai-compatible providers send chat messages: the server applies the chat template
+    chat = CHAT_BY_SERVER if model.startswith(("openai-api/", "openai/", "vllm/")) else None
     return ScoringProtocol(IMPORTER_LABEL, template if isinstance(template, str) else None, None, None,
-                           normalisation, None, extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION)
+                           normalisation, None, extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION,
+                           chat_template=chat, exemplars=exemplars_of(cell["shots"], None))
 
 
 IMPORTER_LABEL = "inspect_ai"
