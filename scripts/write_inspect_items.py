@@ -3,7 +3,7 @@
 reads (one ``<subject>.csv`` per subject: row, question, A, B, C, D, answer).
 
 The files hold benchmark text: write them into a scratch folder (``mktemp -d``), never the repository.
-Usage: ``scripts/write_inspect_items.py OUT [--benchmark cmmlu] [--split test] [--sample 24] [--seed 0]``.
+Usage: ``scripts/write_inspect_items.py OUT [--benchmark cmmlu] [--split test] [--sample 24] [--seed 0] [--data DIR]``.
 """
 
 from __future__ import annotations
@@ -29,11 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="test")
     parser.add_argument("--sample", type=int, default=24)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data", type=Path, default=None, help="the benchmark's folder (default: cube's lookup)")
     args = parser.parse_args(argv)
     if args.out.resolve().is_relative_to(ROOT):
         parser.error(f"{args.out}: inside the repository; the items are benchmark text, write them to a scratch "
                      "folder (mktemp -d)")
-    items = stratified_sample(load_items(args.benchmark, splits=(args.split,)), args.sample, args.seed)
+    items = stratified_sample(load_items(args.benchmark, args.data, splits=(args.split,)), args.sample, args.seed)
     if any(len(item.options) != len(LABELS) or item.answer is None for item in items):
         parser.error("every item needs four options and an answer")
     args.out.mkdir(parents=True, exist_ok=True)
