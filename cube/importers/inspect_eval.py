@@ -238,7 +238,8 @@ def answer_token(tokens: Sequence[GeneratedToken], answered: str | None) -> tupl
 def label_scores(token: GeneratedToken, labels: Sequence[str]) -> tuple[ScoreResult, int]:
     """The labels' decision at the answer token, and how many labels are outside its top-K."""
     found = LONE_LABEL.fullmatch(token.text)
-    assert found is not None  # answer_token returns lone labels only
+    if found is None:
+        raise ValueError(f"the answer token {token.text!r} is not a lone label")  # answer_token returns only those
     space, letter = found.groups()
     forms = [space + (label if letter.isupper() else label.lower()) for label in labels]
     logprobs = [token.top.get(form) for form in forms]
@@ -261,7 +262,7 @@ class LogImport:
     answer_tokens: dict[str, int] = field(default_factory=dict)  # how each answer token was found
     n_label_absent: int = 0  # items with a label outside the answer token's top-K
     n_absent_tied: int = 0  # ... whose decision is a tie among labels outside it (two or more at the top)
-    logprob_accuracy: float | None = None  # M1-inspect's, parse failures wrong
+    logprob_accuracy: float | None = None  # M1-inspect's, over the samples with an answer token
 
 
 def import_log(log: InspectLog, items: Sequence[Item], leakage: Any) -> tuple[list[Decision], LogImport]:
@@ -389,7 +390,7 @@ def format_report(imported: Imported, out: Path | None = None) -> str:
 
 
 def _logprob_report(meta: Mapping[str, Any]) -> list[str]:
-    """The log-likelihood records' lines; [] for a log without log-probabilities."""
+    """The log-likelihood records' lines; for a log without log-probabilities, one saying how to get them."""
     lp = meta.get("logprobs")
     if not lp:
         return ["  no log-probabilities in the log (run inspect eval with --logprobs --top-logprobs K for "
