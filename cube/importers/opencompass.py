@@ -432,9 +432,10 @@ def context_name(dataset: DatasetRun, subject_zh: str = "") -> str:
 
 
 def import_dataset(dataset: DatasetRun, by_hash: Mapping[str, Sequence[Item]],
-                   tokenizer: Any | None = None) -> tuple[list[Decision], DatasetImport]:
+                   tokenizer: Any | None = None, leakage: Any | None = None) -> tuple[list[Decision], DatasetImport]:
     """The decisions of one dataset, each recomputed by the scorer table's entry and checked
-    against OpenCompass's own."""
+    against OpenCompass's own; generations are stored scrubbed of item text where ``leakage``
+    (a ``cube.records.leakage`` index) is given, as every importer's and cube's own are."""
     entries = read_predictions(dataset)
     accuracy = read_accuracy(dataset)
     subject_zh = next((i.subject_zh for group in by_hash.values() for i in group
@@ -502,8 +503,7 @@ def import_dataset(dataset: DatasetRun, by_hash: Mapping[str, Sequence[Item]],
                 raise HarnessImportError(f"{where}: the prediction is not a generation (text)")
             oc_pred = SCORERS[GEN_SCORER].score(text, LABELS)
             n_correct += oc_pred == gold
-            # stored as logged (the committed fixture predates scrubbing imported generations)
-            records += generation_decisions(item, cell, gold, GEN_SCORER, oc_pred, text, LABELS, None,
+            records += generation_decisions(item, cell, gold, GEN_SCORER, oc_pred, text, LABELS, leakage,
                                             summary.n_parse_failed)
     summary.reproduced = 100.0 * n_correct / len(entries)
     if abs(summary.reproduced - accuracy) > 1e-9:
@@ -614,8 +614,11 @@ def import_runs(runs: Sequence[OpenCompassRun], items: Sequence[Item], model: st
                 tokenizer: Any | None = None, family: str | None = None,
                 tokenizer_source: str | None = None) -> Imported:
     """Records and report of every dataset of ``runs`` (one model), nothing written yet."""
+    from cube.records.leakage import build_index
+
     name = one_model({run.model for run in runs}, model, "model abbr")
     by_hash = items_by_hash(items)
+    leakage = build_index(items)
     rows: list[Decision] = []
     summaries: list[DatasetImport] = []
     datasets: dict[str, Any] = {}
@@ -627,7 +630,7 @@ def import_runs(runs: Sequence[OpenCompassRun], items: Sequence[Item], model: st
             if key in datasets:
                 raise HarnessImportError(f"dataset {dataset.abbr} ({dataset.mode}) appears in two runs; "
                                          "import one run of it at a time")
-            records, summary = import_dataset(dataset, by_hash, tokenizer)
+            records, summary = import_dataset(dataset, by_hash, tokenizer, leakage)
             rows += records
             summaries.append(summary)
             files["predictions"][dataset.abbr] = sha256_file(dataset.predictions)
