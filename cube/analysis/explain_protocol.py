@@ -38,6 +38,7 @@ SCORER_NORMALISATION = {
     "M6-oc": "generation, first capital letter (OpenCompass)",
     "M6-es": "generation, EvalScope's extracted answer (EvalScope)",
     "M6-inspect": "generation, inspect_ai's choice answer (inspect_ai)",
+    "M1-inspect": "the label's token at the generation's answer token, top-K logged (inspect_ai)",
 }
 CUBE_AGGREGATION = "per slice: the records' mean (micro) or the mean of subjects' means (macro), as selected"
 CUBE_TOKENIZATION = {"in_context": "whole text, label past the common prefix",
