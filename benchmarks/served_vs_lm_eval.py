@@ -26,8 +26,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,46 +51,6 @@ def vs_lm_eval():
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(folder: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    """``vllm serve`` of ``folder`` in fp32 on a free loopback port; (process, base URL) once it answers."""
-    port = free_port()
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONPATH": str(REPO),
-           "VLLM_CPU_OMP_THREADS_BIND": f"0-{len(os.sched_getaffinity(0)) - 1}"}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
-             "--served-model-name", MODEL, "--dtype", "float32", "--host", "127.0.0.1", "--port", str(port),
-             "--max-model-len", "4096", "--enforce-eager", "--seed", "0"],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 1200
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vllm serve exited {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(url + "/models", timeout=5):
-                return proc, url
-        except OSError:
-            time.sleep(2)
-    stop_server(proc)
-    raise RuntimeError("vllm serve did not answer within 1200 s")
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def server_counters(url: str) -> dict[str, float]:
@@ -134,6 +92,7 @@ def main() -> int:
         print(f"{VLLM_PYTHON} missing: build it with `make vllm-env`", file=sys.stderr)
         return 2
     bench = vs_lm_eval()
+    from cube.harness.backends.local_vllm import local_vllm
     from cube.harness.model_spec import parse_model
 
     folder = parse_model(MODEL).folder()
@@ -154,9 +113,8 @@ def main() -> int:
             print(f"prompts differ from cube's: {problems[:5]}", file=sys.stderr)
             return 1
         print(f"{len(items)} items, {args.mode}: lm-eval's requests are cube's, byte for byte", file=sys.stderr)
-        proc, url = start_server(folder, scratch / "server.log")
         rows = []
-        try:
+        with local_vllm(folder, MODEL, scratch / "server.log", python=VLLM_PYTHON) as url:
             for pair in range(args.pairs):
                 for tool in ("cube", "lm-eval"):
                     out = scratch / f"{tool}-{pair}"
@@ -180,8 +138,6 @@ def main() -> int:
                     print(f"{tool:<8} pair {pair}: {wall:7.1f} s, {delta[METRICS[1]]:6.0f} requests, "
                           f"{delta[METRICS[0]]:8.0f} prompt tokens read, {delta[METRICS[2]]:8.0f} from the prefix "
                           "cache", file=sys.stderr)
-        finally:
-            stop_server(proc)
         shown = (scratch / "cube-0.log").read_text(errors="replace").replace("\r", "\n").splitlines()
         print("cube's own output (first pair):", *[f"  {line}" for line in shown if line and "item/s" not in line
                                                     and "it/s" not in line], sep="\n", file=sys.stderr)

@@ -44,14 +44,18 @@ from cube.analysis.explain_selectors import SliceSpec, cell_of, first_cell, one_
 from cube.analysis.rescore import pair
 from cube.analysis.stats import clustered_bootstrap_ci, mcnemar_exact
 from cube.errors import ConfigError
-from cube.importers.contract import ScoringProtocol
+from cube.importers.contract import ScoringProtocol, chat_kind
 from cube.records.store import list_matrix
 
 STAGES = ("sample", "aggregation", "outcomes")
-PROTOCOL_FACTORS = ("model", "prompt_bytes", "chat_template", "label_tokenization", "scorer_normalisation",
-                    "precision")
+PROTOCOL_FACTORS = ("model", "prompt_bytes", "exemplars", "chat_template", "label_tokenization",
+                    "scorer_normalisation", "extractor", "precision")
 # Dimensions an import may not record: unknown on a side does not keep a named difference from its items.
-OPTIONAL_FACTORS = ("precision", "chat_template")
+OPTIONAL_FACTORS = ("precision", "chat_template", "exemplars")
+# A dimension that does not apply to the pair (label tokens of a generation, the extractor of scored
+# options): neither a difference nor an unknown.
+NOT_APPLICABLE = "not applicable"
+NO_LABEL_TOKENS = "not applicable (e.g. a generation scores no label tokens)"
 FACTORS = ("sample", "aggregation", "parse_failure", "tie_break", "precision_noise", *PROTOCOL_FACTORS,
            "remainder")
 NOT_IDENTIFIABLE = "not identifiable from these records"
@@ -110,6 +114,9 @@ class Explanation:
     max_score_difference: float | None = None
     common_a: Fraction = Fraction(0)  # each side's accuracy on the common items alone (micro)
     common_b: Fraction = Fraction(0)
+    # degenerate scores on either side (cube.records.degeneracy), one line each: a slice that is
+    # mostly ties measures a tie-break, and its share of any gap is the tie-break's
+    warnings: list[str] = field(default_factory=list)
 
     def factor(self, name: str) -> Factor:
         return next(f for f in self.factors if f.name == name)
@@ -156,14 +163,20 @@ def compare_protocols(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) 
     ca, cb, pa_, pb = cell_of(a.table), cell_of(b.table), a.protocol, b.protocol
     out: dict[str, dict[str, Any]] = {}
     out["model"] = {"status": _status(ca["model"], cb["model"]), "a": ca["model"], "b": cb["model"]}
-    text = _status(pa_.full_text(), pb.full_text())
-    if (ca["shots"], ca["order"]) != (cb["shots"], cb["order"]):
+    # The prompt's bytes with the exemplars' slot taken out: their count and content are a factor
+    # of their own (EvalScope's C-Eval exemplars carry an explanation; cube's the answer alone).
+    text = _status(pa_.text_without_exemplars(), pb.text_without_exemplars())
+    if ca["order"] != cb["order"]:
         text = "differs"
-    out["prompt_bytes"] = {"status": text, "a": f"{ca['shots']}-shot, order {ca['order']}, {pa_.harness}",
-                           "b": f"{cb['shots']}-shot, order {cb['order']}, {pb.harness}"}
+    out["prompt_bytes"] = {"status": text, "a": f"order {ca['order']}, {pa_.harness}",
+                           "b": f"order {cb['order']}, {pb.harness}"}
+    shots = "differs" if int(ca["shots"]) != int(cb["shots"]) else _status(pa_.exemplars, pb.exemplars)
+    out["exemplars"] = {"status": shots, "a": f"{ca['shots']}-shot; {pa_.exemplars or 'content not recorded'}",
+                        "b": f"{cb['shots']}-shot; {pb.exemplars or 'content not recorded'}"}
     # The chat template (issue 37 §3): the same plain prompt shown as a chat or not. prompt_bytes
-    # compares the plain prompts, so a chat-or-not gap is this factor's alone.
-    out["chat_template"] = {"status": _status(pa_.chat_template, pb.chat_template),
+    # compares the plain prompts, so a chat-or-not gap is this factor's alone. Compared by kind
+    # (none / model): two harnesses name one template differently.
+    out["chat_template"] = {"status": _status(chat_kind(pa_.chat_template), chat_kind(pb.chat_template)),
                             "a": pa_.chat_template, "b": pb.chat_template}
     # The text written as the label decides first; then the label tokens the records hold (a
     # declared tokenization that yields the same tokens changes nothing); then the declared one.
@@ -174,6 +187,8 @@ def compare_protocols(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) 
     tokenization = _status(pa_.label_prefix, pb.label_prefix)
     if tokenization != "differs":
         tokenization = seen if seen != "unknown" else _status(pa_.tokenization, pb.tokenization)
+    if pa_.generation or pb.generation:
+        tokenization = NOT_APPLICABLE  # a generation writes its label itself: no label tokens are scored
     out["label_tokenization"] = {
         "status": tokenization,
         "a": f"prefix {pa_.label_prefix!r}, {pa_.tokenization}" if pa_.label_prefix is not None else None,
@@ -183,9 +198,16 @@ def compare_protocols(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) 
     by_audit = scorer == "differs" and (pa_.decides_as == cb["scorer"] or pb.decides_as == ca["scorer"])
     if by_audit:
         scorer = "same"  # e.g. OpenCompass's PPL, audited to decide every item as the summed log-likelihood
+    if pa_.generation and pb.generation:
+        scorer = "same"  # both read an answer off a generation; how they read it is the extractor
     out["scorer_normalisation"] = {"status": scorer, "by_audit": by_audit,
                                    "a": f"{ca['scorer']}: {pa_.normalisation}{_decides(pa_)}",
                                    "b": f"{cb['scorer']}: {pb.normalisation}{_decides(pb)}"}
+    # The extractor (first or last match, strict or lenient, the harness's own): between two
+    # generations only; a scored side has none.
+    both = pa_.generation and pb.generation
+    out["extractor"] = {"status": _status(pa_.extractor, pb.extractor) if both else NOT_APPLICABLE,
+                        "a": pa_.extractor, "b": pb.extractor}
     # Precision (issue 33 §1): bf16 and fp32 move scores by up to the measured noise, enough to flip
     # close decisions. Only a recorded difference names it: an import that does not say is not a blocker.
     out["precision"] = {"status": _status(a.dtype, b.dtype), "a": a.dtype, "b": b.dtype}
@@ -202,6 +224,20 @@ def _within_noise(side: Side, rows: np.ndarray) -> np.ndarray:
         return np.zeros(len(rows), dtype=bool)
     sub = side.table.take(pa.array(rows))
     return (margins(sub) <= bound) & ~sub.column("tied").to_numpy(zero_copy_only=False)
+
+
+def _not_applicable(name: str) -> str:
+    return ("a generation scores no label tokens" if name == "label_tokenization"
+            else "only two generations have extractors to compare")
+
+
+def _same_generation(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
+    """Per common item: both sides are generations and hold the very same (scrubbed) text."""
+    if not (a.protocol.generation and b.protocol.generation):
+        return np.zeros(len(rows_a), dtype=bool)
+    text_a = np.asarray(a.table.column("generation").to_pylist(), dtype=object)[rows_a]
+    text_b = np.asarray(b.table.column("generation").to_pylist(), dtype=object)[rows_b]
+    return np.array([x is not None and x == y for x, y in zip(text_a, text_b)], dtype=bool)
 
 
 def _decides(protocol: ScoringProtocol) -> str:
@@ -226,17 +262,25 @@ def _classes(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray, discordan
     """The factor of each common item (None where concordant), and why the protocol items went
     where they did."""
     cause = np.full(len(rows_a), None, dtype=object)
+    # One generation read two ways (the same text on both sides): whatever else differs, only the
+    # extractor can have changed the outcome, a parse failure of one of them included.
+    one_text = _same_generation(a, b, rows_a, rows_b)
+    cause[discordant & one_text] = "extractor"
     failed = (a.table.column("parse_failed").to_numpy()[rows_a] | b.table.column("parse_failed").to_numpy()[rows_b])
+    failed &= ~one_text
     tie = _decided_by_tie(a.table, rows_a) | _decided_by_tie(b.table, rows_b)
     cause[discordant & failed] = "parse_failure"
-    cause[discordant & ~failed & tie] = "tie_break"
+    cause[discordant & ~one_text & ~failed & tie] = "tie_break"
     # a decision a change of layout alone can flip, on either side: precision noise, not protocol
     noise = _within_noise(a, rows_a) | _within_noise(b, rows_b)
-    cause[discordant & ~failed & ~tie & noise] = "precision_noise"
-    rest = discordant & ~failed & ~tie & ~noise
+    cause[discordant & ~one_text & ~failed & ~tie & noise] = "precision_noise"
+    rest = discordant & ~one_text & ~failed & ~tie & ~noise
     differing = [d for d in PROTOCOL_FACTORS if protocol[d]["status"] == "differs"]
     unknown = [d for d in PROTOCOL_FACTORS if protocol[d]["status"] == "unknown" and d not in OPTIONAL_FACTORS]
     notes: dict[str, str] = {}
+    if (discordant & one_text).any():
+        notes["same_generation"] = (f"{int((discordant & one_text).sum())} of its flips on items where both sides "
+                                    "read the very same generation")
     if len(differing) == 1 and not unknown:
         cause[rest] = differing[0]
     elif differing or unknown:
@@ -328,16 +372,19 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
         detail = ""
         if name in protocol:
             # a side the factor does not apply to (a generation scores no label tokens) says so, not None
-            shown_a, shown_b = (v if v is not None else "not applicable (e.g. a generation scores no label tokens)"
-                                for v in (protocol[name]["a"], protocol[name]["b"]))
+            shown_a, shown_b = (v if v is not None else NO_LABEL_TOKENS for v in (protocol[name]["a"], protocol[name]["b"]))
             detail = f"A {shown_a}; B {shown_b}"
+            if protocol[name]["status"] == NOT_APPLICABLE:
+                detail = f"{NOT_APPLICABLE}: {_not_applicable(name)}"
+            if name == "extractor" and notes.get("same_generation"):
+                detail += f"; {notes['same_generation']}"
             if protocol[name].get("records", "unknown") != "unknown":
                 detail += f"; the label tokens in the records: {protocol[name]['records']}"
             if status == "no difference" and protocol[name].get("by_audit"):
                 status = "same decisions, by its store's audit"
             elif name in OPTIONAL_FACTORS and protocol[name]["status"] == "unknown":
                 detail = f"A {protocol[name]['a'] or 'not recorded'}; B {protocol[name]['b'] or 'not recorded'}"
-            elif status == "no difference" and protocol[name]["status"] != "same":
+            elif status == "no difference" and protocol[name]["status"] not in ("same", NOT_APPLICABLE):
                 status = (NOT_IDENTIFIABLE if notes.get(name) == NOT_IDENTIFIABLE
                           else "differs; changes no item's outcome")
         elif name == "sample":
@@ -345,7 +392,10 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
             if status == "no difference" and (len(only_a) or len(only_b)):
                 status = "differs; changes no score here"
         elif name == "aggregation":
-            detail = f"A {a.aggregation}, B {b.aggregation}"
+            reported = dict.fromkeys((p.harness, p.aggregation) for p in (a.protocol, b.protocol)
+                                     if p.aggregation and p.harness != "cube")
+            detail = f"A {a.aggregation}, B {b.aggregation}" + "".join(
+                f"; {harness} reports {how}" for harness, how in reported)
             if status == "no difference" and a.aggregation != b.aggregation:
                 status = "differs; changes no score here"  # e.g. one item per subject
         elif name == "remainder" and n_items:
@@ -384,7 +434,21 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
          "both_wrong": int((~ca & ~cb).sum())},
         test.p_value, {"delta": boot.delta, "lo": boot.lo, "hi": boot.hi, "B": B, "seed": seed},
         factors, protocol, prompt_diff(a.protocol, b.protocol), subjects,
-        _max_score_difference(a, b, rows_a, rows_b), Fraction(int(ca.sum()), k), Fraction(int(cb.sum()), k))
+        _max_score_difference(a, b, rows_a, rows_b), Fraction(int(ca.sum()), k), Fraction(int(cb.sum()), k),
+        _degeneracy_warnings(a, b))
+
+
+def _degeneracy_warnings(a: Side, b: Side) -> list[str]:
+    """Each side's degenerate-score findings (the checks every import reports), named by side."""
+    from cube.records.degeneracy import degenerate_cells
+
+    columns = ("model", "scorer", "label_set", "context", "shots", "order", "scores", "tied", "pred", "parse_failed")
+    out = []
+    for name, side in (("A", a), ("B", b)):
+        rows = side.table.select(list(columns)).to_pylist()
+        out += [f"WARNING: {name} ({cell.name}): {finding}" for cell in degenerate_cells(rows)
+                for finding in cell.findings()]
+    return out
 
 
 def _max_score_difference(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) -> float | None:
@@ -454,8 +518,9 @@ def explain_slices(spec_a: SliceSpec, spec_b: SliceSpec, allow_incomplete: bool 
         cell = first_cell(table)
         family = model_families(manifest).get(cell["model"])
         contexts = pc.unique(table.column("context")).to_pylist()
-        sides.append(Side(spec.text, table, spec.aggregation, describe(manifest, cell, frozen, family, contexts),
-                          _cell_dtype(manifest, cell) or _records_dtype(table)))
+        protocol = describe(manifest, cell, frozen, family, contexts)
+        sides.append(Side(spec.text, table, spec.aggregation, protocol,
+                          _cell_dtype(manifest, cell) or _records_dtype(table) or protocol.dtype))
     return explain(sides[0], sides[1], B=B, seed=seed)
 
 
@@ -479,4 +544,5 @@ def explanation_json(e: Explanation) -> dict[str, Any]:
         "prompt_diff": e.prompt_diff,
         "max_score_difference": e.max_score_difference,
         "subjects": [{**s, "carried": _exact(s["carried"])} for s in e.subjects],
+        "warnings": e.warnings,
     }

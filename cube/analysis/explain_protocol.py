@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cube.errors import CubeError
-from cube.importers.contract import ScoringProtocol, extractor_of
+from cube.importers.contract import EXEMPLAR_SLOT, EXEMPLARS_ANSWER, ScoringProtocol, exemplars_of, extractor_of
 from cube.importers.registry import importer_of
 
 # What each stored scorer normalises over (or how it decides), as a reader compares them.
@@ -38,6 +38,7 @@ SCORER_NORMALISATION = {
     "M6-oc": "generation, first capital letter (OpenCompass)",
     "M6-es": "generation, EvalScope's extracted answer (EvalScope)",
     "M6-inspect": "generation, inspect_ai's choice answer (inspect_ai)",
+    "M1-inspect": "the label's token at the generation's answer token, top-K logged (inspect_ai)",
 }
 CUBE_AGGREGATION = "per slice: the records' mean (micro) or the mean of subjects' means (macro), as selected"
 CUBE_TOKENIZATION = {"in_context": "whole text, label past the common prefix",
@@ -69,7 +70,7 @@ def _cube_prompt(cell: Mapping[str, Any]) -> tuple[str | None, str | None, str |
                       for label, index in zip(label_set.labels, shown))
             + cue)
     if int(cell["shots"]) > 0:
-        text = f"{{{{{int(cell['shots'])} solved examples of the subject}}}}" + text
+        text = EXEMPLAR_SLOT + text
     return text, prefix, CUBE_TOKENIZATION.get(mode, mode)
 
 
@@ -97,11 +98,13 @@ def describe(manifest: Mapping[str, Any], cell: Mapping[str, Any],
     harness = next((k for k in metadata if k not in ("families", "source")), None)
     if harness is not None:  # a store of an importer this version does not know: its prompt is not read
         return ScoringProtocol(str(harness), None, None, None, normalisation, None,
-                               extractor=extractor_of(cell["scorer"]))
+                               extractor=extractor_of(cell["scorer"]), exemplars=exemplars_of(cell["shots"], None))
     prompt, prefix, tokenization = _cube_prompt(cell)
     return ScoringProtocol("cube", prompt, prefix, tokenization, normalisation,
                            _frozen_verdict(frozen_audit, family, cell), extractor=extractor_of(cell["scorer"]),
-                           aggregation=CUBE_AGGREGATION, chat_template=_chat_template(manifest, cell))
+                           aggregation=CUBE_AGGREGATION, chat_template=_chat_template(manifest, cell),
+                           # cube's shots: dev items of the subject, each ending in its answer label
+                           exemplars=exemplars_of(cell["shots"], EXEMPLARS_ANSWER))
 
 
 def _chat_template(manifest: Mapping[str, Any], cell: Mapping[str, Any]) -> str:

@@ -61,6 +61,7 @@ def format_explanation(data: dict, subjects: int = 10) -> str:
         lines.append(f"{name}: {c['model']} | {c['scorer']} | {c['label_set']} | {c['context']} | "
                      f"{c['shots']}-shot | {c['order']} ({c['benchmark']}), {side['aggregation']}: "
                      f"{side['score']['value']:.4f} on {side['items']} items")
+    lines.extend(data.get("warnings") or [])
     lines.append(f"gap B - A: {_pct(data['gap']['value'])} (exactly {data['gap']['exact']})")
     lines.append(f"items: {items['both']} in both, {items['only_a']} only in A, {items['only_b']} only in B")
     boot = paired["bootstrap_b_minus_a"]
@@ -128,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     for warning in incomplete:
         print(warning, file=sys.stderr)
     if args.json:
-        print(json.dumps(data | {"warnings": incomplete}, ensure_ascii=False, indent=1))
+        print(json.dumps(data | {"warnings": data["warnings"] + incomplete}, ensure_ascii=False, indent=1))
     else:
         print(format_explanation(data, args.subjects))
         for warning in incomplete:

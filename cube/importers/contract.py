@@ -120,15 +120,67 @@ class ScoringProtocol:
     extractor: str | None = None  # how an answer is read off a generation; None for scored options
     aggregation: str | None = None  # how the harness turned decisions into its reported number
     # "none" (the plain prompt) or "model (template sha256 ...)": the chat-template axis
-    # (cube.protocol.chat); None where the store does not say (an import)
+    # (cube.protocol.chat); None where the store does not say
     chat_template: str | None = None
+    # what each few-shot exemplar shows (EXEMPLARS_*): "none" at 0 shots; None where the store does
+    # not say. The exemplars' place in the prompt is EXEMPLAR_SLOT, so that their count and content
+    # are a factor of their own, apart from the prompt's bytes (EvalScope's C-Eval exemplars carry a
+    # worked explanation; cube's, lm-eval's and OpenCompass's the answer alone)
+    exemplars: str | None = None
+    # the precision the harness ran the model in, as its logged configuration says (an import's
+    # records may not carry one); None where it does not say (a served model: the server's)
+    dtype: str | None = None
+
+    @property
+    def generation(self) -> bool:
+        """Whether the side reads its answer off a generation (no label is scored)."""
+        return self.extractor is not None and self.extractor != SCORED_DECISION
 
     def full_text(self) -> str | None:
         """What the model reads, label included: equal full texts with a different split differ
-        only in how the label is tokenized."""
-        if self.prompt is None or self.label_prefix is None:
+        only in how the label is tokenized. A generation's is its prompt (no label is written)."""
+        if self.prompt is None:
+            return None
+        if self.generation:
+            return self.prompt
+        if self.label_prefix is None:
             return None
         return self.prompt + self.label_prefix + "{{label}}"
+
+    def text_without_exemplars(self) -> str | None:
+        """The full text with the exemplars' slot taken out: what ``prompt_bytes`` compares."""
+        text = self.full_text()
+        return None if text is None else text.replace(EXEMPLAR_SLOT, "")
+
+
+# Where a prompt's few-shot exemplars go (a placeholder, never their text), and what they show.
+EXEMPLAR_SLOT = "{{exemplars}}"
+EXEMPLARS_NONE = "none"
+EXEMPLARS_ANSWER = "question, options, then the answer label"
+EXEMPLARS_EXPLANATION = "question, options, a worked explanation (解析), then the answer label"
+
+
+def exemplars_of(shots: int, content: str | None) -> str | None:
+    """A side's exemplars as ``ScoringProtocol.exemplars``: "none" at 0 shots, else the count and
+    what each shows (None where the content is not known)."""
+    if int(shots) == 0:
+        return EXEMPLARS_NONE
+    return None if content is None else f"{int(shots)} exemplars: {content}"
+
+
+def dtype_name(value: object) -> str | None:
+    """A logged precision as cube names it: ``torch.float32`` and ``float32`` are ``float32``;
+    None for anything else (``auto`` says nothing of what ran)."""
+    name = str(value).removeprefix("torch.") if value is not None else ""
+    return name if name in ("float32", "bfloat16", "float16") else None
+
+
+# How a side's chat form is compared: its kind, the text before the first space ("none" or "model").
+def chat_kind(chat_template: str | None) -> str | None:
+    return None if chat_template is None else chat_template.split(" ", 1)[0]
+
+
+CHAT_BY_SERVER = "model (the server's, behind a chat completions API)"
 
 
 # The extractor of each stored generation scorer, and the decision rule of every scored one.

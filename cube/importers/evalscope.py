@@ -36,11 +36,16 @@ from cube.checksums import sha256_file
 from cube.errors import HarnessImportError
 from cube.files import read_text
 from cube.importers.contract import (
+    CHAT_BY_SERVER,
+    EXEMPLAR_SLOT,
+    EXEMPLARS_ANSWER,
+    EXEMPLARS_EXPLANATION,
     Decision,
     HarnessImporter,
     Imported,
     RunsRead,
     ScoringProtocol,
+    exemplars_of,
     extractor_of,
     generation_decisions,
     items_by_hash,
@@ -251,6 +256,18 @@ class SubsetImport:
     n_parse_failed: dict[str, int] = field(default_factory=dict)
     statuses: dict[str, int] = field(default_factory=dict)
     context: str = ""
+    # the exemplar blocks of the subset's prompts (read in memory), and how many carry a 解析 explanation
+    n_exemplars: int = 0
+    n_explained: int = 0
+
+    @property
+    def exemplar_content(self) -> str | None:
+        """What the prompts' exemplars show: all with an explanation, none with one, else None."""
+        if not self.n_exemplars:
+            return None
+        if self.n_explained == self.n_exemplars:
+            return EXEMPLARS_EXPLANATION
+        return EXEMPLARS_ANSWER if self.n_explained == 0 else None
 
 
 def context_name(benchmark: Mapping[str, Any]) -> str:
@@ -279,7 +296,11 @@ def import_subset(subset: SubsetRun, bench: Mapping[str, Any], by_hash: Mapping[
     for index in sorted(reviews):
         where = f"{subset.reviews.name} index {index}"
         entry, review = predictions[index], reviews[index]
-        item = match_item(_prompt(entry, where), subset, by_hash, where)
+        prompt = _prompt(entry, where)
+        item = match_item(prompt, subset, by_hash, where)
+        shown = prompt[:prompt.rfind("问题：")]  # the exemplars, before the sample's own question block
+        summary.n_exemplars += len(re.findall(r"(?:^|\n)问题：", shown))  # a block opens a line ("示例问题：" does not)
+        summary.n_explained += len(re.findall(r"\n解析：", shown))
         if item.uid in seen:
             raise HarnessImportError(f"{where}: item {item.uid} is matched by two samples")
         seen.add(item.uid)
@@ -377,7 +398,8 @@ def _subset_json(s: SubsetImport, runs: Sequence[EvalScopeRun]) -> dict[str, Any
     subset = next(x for run in runs for x in run.subsets if f"{x.benchmark}_{x.subset}" == s.key)
     return {"benchmark": subset.benchmark, "subject": subset.subset, "split": subset.split, "shots": subset.shots,
             "n": s.n, "score": s.score, "reported": s.reported, "scorers": [ES_SCORER, *SCORERS["M6"].records],
-            "context": s.context, "n_parse_failed": s.n_parse_failed, "statuses": s.statuses}
+            "context": s.context, "n_parse_failed": s.n_parse_failed, "statuses": s.statuses,
+            "exemplars": {"blocks": s.n_exemplars, "explained": s.n_explained, "content": s.exemplar_content}}
 
 
 # --------------------------------------------------------------------------------------------
@@ -436,12 +458,21 @@ def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Seq
                     fields = {"question": "{{Question}}", "subject": "{{subject_zh}}",
                               "choices": "A. {{A}}\nB. {{B}}\nC. {{C}}\nD. {{D}}"}
                     prompt = _FIELD.sub(lambda m: fields[m.group(1)], template)
-                    shots = int(bench.get("few_shot_num") or 0)
-                    if shots:
-                        prompt = (f"{{{{{shots} solved examples of the subject, each with its 解析 "
-                                  "explanation where the split has one}}\n" + prompt)
+                    if int(bench.get("few_shot_num") or 0):
+                        prompt = EXEMPLAR_SLOT + prompt
+    # what the exemplars showed, as the import read them off the prompts: one content for the slice
+    contents = {(s.get("exemplars") or {}).get("content") for s in (logged.get("subsets") or {}).values()
+                if s.get("context") in (set(contexts) or {cell["context"]})}
+    content = next(iter(contents)) if len(contents) == 1 else None
     return ScoringProtocol(IMPORTER_LABEL, prompt, None, None, normalisation, None,
-                           extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION)
+                           extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION,
+                           chat_template=_chat_form(logged), exemplars=exemplars_of(cell["shots"], content))
+
+
+def _chat_form(logged: Mapping[str, Any]) -> str | None:
+    """EvalScope's API mode sends chat messages: the server applies the model's chat template."""
+    kinds = {run.get("eval_type") for run in (logged.get("runs") or {}).values()}
+    return CHAT_BY_SERVER if kinds == {"openai_api"} else None
 
 
 IMPORTER_LABEL = "EvalScope"

@@ -42,11 +42,15 @@ from cube.checksums import sha256_bytes, sha256_file
 from cube.errors import HarnessImportError
 from cube.files import check_within, parse_json, read_text
 from cube.importers.contract import (
+    EXEMPLAR_SLOT,
+    EXEMPLARS_ANSWER,
     Decision,
     HarnessImporter,
     Imported,
     RunsRead,
     ScoringProtocol,
+    dtype_name,
+    exemplars_of,
     extractor_of,
     items_by_hash,
     one_benchmark,
@@ -859,12 +863,39 @@ def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Seq
             text = (task.get("config") or {}).get("doc_to_text")
             verdict = ((task.get("audit") or {}).get("lm_eval") or {}).get("verdict")
             if int(cell["shots"]) > 0 and isinstance(text, str):
-                text = f"{{{{{int(cell['shots'])} solved examples of the subject}}}}" + text
+                text = EXEMPLAR_SLOT + text
             return ScoringProtocol(IMPORTER_LABEL, text if isinstance(text, str) else None,
                                    str(p.get("target_delimiter", " ")), LABEL_TOKENS, normalisation, verdict,
-                                   extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION)
+                                   extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION,
+                                   chat_template=_chat_form(logged), dtype=_dtype(logged),
+                                   # lm-eval's fewshot: each exemplar's doc_to_text, delimiter and target
+                                   exemplars=exemplars_of(cell["shots"], EXEMPLARS_ANSWER))
     return ScoringProtocol(IMPORTER_LABEL, None, None, None, normalisation, None,
-                           extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION)
+                           extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION,
+                           chat_template=_chat_form(logged), exemplars=exemplars_of(cell["shots"], None),
+                           dtype=_dtype(logged))
+
+
+def _dtype(logged: Mapping[str, Any]) -> str | None:
+    """The precision every run of the store logged (its config's model_dtype, else model_args'
+    dtype); None where they disagree or do not say."""
+    names = {dtype_name((run.get("config") or {}).get("model_dtype")
+                        or ((run.get("config") or {}).get("model_args") or {}).get("dtype"))
+             for run in (logged.get("runs") or {}).values()}
+    return next(iter(names)) if len(names) == 1 else None
+
+
+def _chat_form(logged: Mapping[str, Any]) -> str | None:
+    """The chat-template axis of the store's runs, as lm-eval logged it (``chat_template`` in its
+    results: None where no template was applied); None where the runs disagree or do not say."""
+    used = {run.get("chat_template_used") for run in (logged.get("runs") or {}).values()}
+    if used == {False}:
+        return "none"
+    if used == {True}:
+        shas = {run.get("chat_template_sha") for run in logged["runs"].values()}
+        sha = next(iter(shas)) if len(shas) == 1 else None
+        return f"model (template sha256 {str(sha)[:12]}...)" if sha else "model"
+    return None
 
 
 IMPORTER_LABEL = "lm-eval"

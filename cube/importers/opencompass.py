@@ -51,11 +51,16 @@ from cube.checksums import sha256_bytes, sha256_file
 from cube.errors import HarnessImportError
 from cube.files import read_text
 from cube.importers.contract import (
+    EXEMPLAR_SLOT,
+    EXEMPLARS_ANSWER,
+    EXEMPLARS_EXPLANATION,
     Decision,
     HarnessImporter,
     Imported,
     RunsRead,
     ScoringProtocol,
+    dtype_name,
+    exemplars_of,
     extractor_of,
     generation_decisions,
     items_by_hash,
@@ -427,9 +432,10 @@ def context_name(dataset: DatasetRun, subject_zh: str = "") -> str:
 
 
 def import_dataset(dataset: DatasetRun, by_hash: Mapping[str, Sequence[Item]],
-                   tokenizer: Any | None = None) -> tuple[list[Decision], DatasetImport]:
+                   tokenizer: Any | None = None, leakage: Any | None = None) -> tuple[list[Decision], DatasetImport]:
     """The decisions of one dataset, each recomputed by the scorer table's entry and checked
-    against OpenCompass's own."""
+    against OpenCompass's own; generations are stored scrubbed of item text where ``leakage``
+    (a ``cube.records.leakage`` index) is given, as every importer's and cube's own are."""
     entries = read_predictions(dataset)
     accuracy = read_accuracy(dataset)
     subject_zh = next((i.subject_zh for group in by_hash.values() for i in group
@@ -497,8 +503,7 @@ def import_dataset(dataset: DatasetRun, by_hash: Mapping[str, Sequence[Item]],
                 raise HarnessImportError(f"{where}: the prediction is not a generation (text)")
             oc_pred = SCORERS[GEN_SCORER].score(text, LABELS)
             n_correct += oc_pred == gold
-            # stored as logged (the committed fixture predates scrubbing imported generations)
-            records += generation_decisions(item, cell, gold, GEN_SCORER, oc_pred, text, LABELS, None,
+            records += generation_decisions(item, cell, gold, GEN_SCORER, oc_pred, text, LABELS, leakage,
                                             summary.n_parse_failed)
     summary.reproduced = 100.0 * n_correct / len(entries)
     if abs(summary.reproduced - accuracy) > 1e-9:
@@ -609,8 +614,11 @@ def import_runs(runs: Sequence[OpenCompassRun], items: Sequence[Item], model: st
                 tokenizer: Any | None = None, family: str | None = None,
                 tokenizer_source: str | None = None) -> Imported:
     """Records and report of every dataset of ``runs`` (one model), nothing written yet."""
+    from cube.records.leakage import build_index
+
     name = one_model({run.model for run in runs}, model, "model abbr")
     by_hash = items_by_hash(items)
+    leakage = build_index(items)
     rows: list[Decision] = []
     summaries: list[DatasetImport] = []
     datasets: dict[str, Any] = {}
@@ -622,7 +630,7 @@ def import_runs(runs: Sequence[OpenCompassRun], items: Sequence[Item], model: st
             if key in datasets:
                 raise HarnessImportError(f"dataset {dataset.abbr} ({dataset.mode}) appears in two runs; "
                                          "import one run of it at a time")
-            records, summary = import_dataset(dataset, by_hash, tokenizer)
+            records, summary = import_dataset(dataset, by_hash, tokenizer, leakage)
             rows += records
             summaries.append(summary)
             files["predictions"][dataset.abbr] = sha256_file(dataset.predictions)
@@ -777,7 +785,7 @@ def _turns_text(template: Any, shots: int) -> str | None:
         text = str(template.get("begin") or "") + "{{turn}}".join(prompts)
     else:
         return None
-    text = text.replace("</E>", f"{{{{{shots} solved examples of the subject}}}}" if shots else "")
+    text = text.replace("</E>", EXEMPLAR_SLOT if shots else "")
     return _OC_FIELD.sub(lambda m: "{{" + ("Question" if m.group(1) == "question" else m.group(1)) + "}}", text)
 
 
@@ -792,9 +800,14 @@ def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Seq
     entry = next((d for d in datasets if d.get("context") == cell["context"]), None)
     verdict = (((logged.get("audit") or {}).get("cell")) or {}).get("verdict")
     extractor = extractor_of(cell["scorer"])
+    chat = _chat_form(logged)
+    dtypes = {dtype_name(((run.get("model") or {}).get("model_kwargs") or {}).get("torch_dtype"))
+              for run in (logged.get("runs") or {}).values()}
+    dtype = next(iter(dtypes)) if len(dtypes) == 1 else None
     if entry is None:
         return ScoringProtocol(IMPORTER_LABEL, None, None, None, normalisation, verdict,
-                               extractor=extractor, aggregation=AGGREGATION)
+                               extractor=extractor, aggregation=AGGREGATION, chat_template=chat,
+                               exemplars=exemplars_of(cell["shots"], None), dtype=dtype)
     infer = (entry.get("config") or {}).get("infer_cfg") or {}
     template = (infer.get("prompt_template") or infer.get("ice_template") or {}).get("template")
     prompt = prefix = tokenization = decides_as = None
@@ -810,7 +823,31 @@ def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Seq
     elif entry.get("mode") == "gen":
         prompt = _turns_text(template, int(entry.get("shots") or 0))
     return ScoringProtocol(IMPORTER_LABEL, prompt, prefix, tokenization, normalisation, verdict, decides_as,
-                           extractor=extractor, aggregation=AGGREGATION)
+                           extractor=extractor, aggregation=AGGREGATION, chat_template=chat,
+                           exemplars=exemplars_of(cell["shots"], _exemplar_content(infer)), dtype=dtype)
+
+
+def _exemplar_content(infer: Mapping[str, Any]) -> str | None:
+    """What the dumped ``ice_template`` shows of an exemplar: an explanation where it has a field
+    for one, else the answer alone; None where no template was dumped."""
+    ice = (infer.get("ice_template") or {}).get("template")
+    if not ice:
+        return None
+    text = json.dumps(ice, ensure_ascii=False)
+    return EXEMPLARS_EXPLANATION if ("{explanation}" in text or "解析" in text) else EXEMPLARS_ANSWER
+
+
+# OpenCompass's HF model classes: the base class feeds the prompt as plain text, the chat class
+# through the tokenizer's chat template.
+_CHAT_FORMS = {"HuggingFaceBaseModel": "none", "HuggingFacewithChatTemplate": "model (the tokenizer's, by OpenCompass)"}
+
+
+def _chat_form(logged: Mapping[str, Any]) -> str | None:
+    """The chat-template axis of the store's runs, from each run's logged model class; None where
+    the runs disagree or use a class not listed."""
+    forms = {_CHAT_FORMS.get(str((run.get("model") or {}).get("type") or "").rsplit(".", 1)[-1])
+             for run in (logged.get("runs") or {}).values()}
+    return next(iter(forms)) if len(forms) == 1 else None
 
 
 IMPORTER_LABEL = "OpenCompass"

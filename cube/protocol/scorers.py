@@ -247,6 +247,24 @@ def extract_es_logged(extracted: str | None, labels: Sequence[str]) -> int | Non
     return list(labels).index(extracted) if extracted in labels else None
 
 
+def score_top_logprobs(label_logprobs: Sequence[float | None], floor: float) -> ScoreResult:
+    """M1-inspect: each label's log-probability at the answer token of a logged generation, read
+    from that position's top-K log-probabilities (inspect_ai's ``--logprobs --top-logprobs K``).
+
+    A label outside the top-K (None) has no number in the log, only a bound: its log-probability
+    is at most the K-th one, ``floor``. It scores ``floor``, and labels outside the top-K form one
+    tie group (the log cannot order them), so that a decision among them is a recorded tie, never
+    a silent guess; a label inside the top-K that beats ``floor`` is decided exactly.
+    """
+    if not label_logprobs:
+        raise ValueError("no labels to score")
+    absent = tuple(i for i, lp in enumerate(label_logprobs) if lp is None)
+    scores = np.array([floor if lp is None else lp for lp in label_logprobs], dtype=np.float64)
+    if any(lp is not None and lp < floor for lp in label_logprobs):
+        raise ValueError(f"a label's log-probability is below the top-K floor {floor}")
+    return decide(scores, (absent,) if len(absent) > 1 else ())
+
+
 def score_tf(margins: Sequence[float]) -> ScoreResult:
     """TF: each statement's log p(true word) - log p(false word); the statement judged most true
     is the MCQ answer read off the same pass (the four margins are what partial credit reads)."""
@@ -357,6 +375,10 @@ SCORERS: dict[str, Scorer] = {s.name: s for s in (
     Scorer("M6-inspect", "imported", ("M6-inspect",),
            "inspect_ai's choice scorer's answer of a generation, as its log logged it (imported runs only)",
            extract_es_logged, None),
+    Scorer("M1-inspect", "imported", ("M1-inspect",),
+           "each label's log-probability at the answer token of inspect_ai's generation, from its logged top-K; "
+           "a label outside the top-K scores the K-th, tied with any other outside (imported runs only)",
+           score_top_logprobs, None),
 )}
 
 

@@ -54,8 +54,8 @@ CLAIM_DETAILS: dict[str, tuple[str, tuple[str, ...]]] = {
     "09_lm_eval_import": ("An lm-evaluation-harness run's own logs, imported as cube records (uid and "
                           "question hash only), and the protocol it was scored under audited.", ()),
     "10_three_harnesses": ("One demo model scored on the same CMMLU items by cube, lm-evaluation-harness, "
-                           "OpenCompass and EvalScope; each pair's gap split into named factors (`cube explain`).",
-                           ()),
+                           "OpenCompass, EvalScope and inspect_ai; each pair's gap split into named factors "
+                           "(`cube explain`).", ()),
 }
 
 

@@ -155,11 +155,16 @@ def test_prompt_bytes_alone(tmp_path):
     assert not any(ch in "".join(e.prompt_diff) for ch in "的是")  # header lines are unchanged: not shown
 
 
-def test_shots_are_prompt_bytes(tmp_path):
+def test_shots_are_exemplars_not_prompt_bytes(tmp_path):
+    """0 against 5 shots of one template: the exemplars carry the gap; the rest of the prompt is
+    byte for byte the same (the exemplars' slot taken out)."""
     a = outcome_records(pattern(7), shots=0, **TOKENS)
     b = outcome_records(shifted(pattern(7)), shots=5, **TOKENS)
     path = store(tmp_path, "s", a + b)
-    assert_named_alone(explained(f"{path}:shots=0", f"{path}:shots=5"), "prompt_bytes")
+    e = explained(f"{path}:shots=0", f"{path}:shots=5")
+    assert_named_alone(e, "exemplars")
+    assert e.protocol["prompt_bytes"]["status"] == "same"
+    assert e.protocol["exemplars"]["a"].startswith("0-shot; none") and "answer label" in e.protocol["exemplars"]["b"]
 
 
 def test_label_tokenization_alone_space_in_the_label(tmp_path):
@@ -402,3 +407,94 @@ def test_precision_is_named_when_the_slices_differ_in_it_and_close_flips_are_noi
     e = _explained_recorded(_store_in(tmp_path, "bf16a", a, "bfloat16"), _store_in(tmp_path, "bf16b", b, "bfloat16"))
     assert e.protocol["precision"]["status"] == "same"
     assert e.factor("precision_noise").items == 2 and e.factor("remainder").items == len(changed) - 2
+
+
+# The extractor, exemplar content and degenerate sides (issue 34 §3, §4)
+# --------------------------------------------------------------------------------------------
+
+NAN4 = [float("nan")] * 4
+
+
+def _generations(right: dict[str, bool], scorer: str, texts: dict[str, str], failed=(), **fields) -> list[dict]:
+    """Generation records: pred gold (0) where right, 1 where wrong, -1 (no answer read) in ``failed``."""
+    out = []
+    for u, ok in right.items():
+        pred = -1 if u in failed else (0 if ok else 1)
+        probs = [0.0] * 4 if pred < 0 else [float(i == pred) for i in range(4)]  # as record_row writes one
+        out.append(record(uid=u, scorer=scorer, scores=NAN4, probs=probs, generation=texts[u], pred=pred, **fields))
+    return out
+
+
+def test_one_generation_read_by_two_extractors_is_the_extractor_alone(tmp_path):
+    """M6-strict against M6-lenient on the very same texts: every flip is the extractor's, parse
+    failures of the strict reader included, and the share is the plain difference of accuracies."""
+    texts = {u: f"generation {i}" for i, u in enumerate(UIDS)}
+    strict = pattern(11)
+    lenient = shifted(strict, up=6, down=1)
+    failed = set([u for u in UIDS if not strict[u]][:3])
+    a = _generations(strict, "M6-strict", texts, failed)
+    b = _generations(lenient, "M6-lenient", texts)
+    path = store(tmp_path, "g", a + b)
+    e = explained(f"{path}:scorer=M6-strict", f"{path}:scorer=M6-lenient")
+    assert e.gap == Fraction(sum(lenient.values()) - sum(strict.values()), len(UIDS))  # naive accuracies
+    assert_named_alone(e, "extractor")
+    assert e.factor("extractor").items == sum(strict[u] != lenient[u] for u in UIDS)
+    assert e.factor("parse_failure").items == 0  # the same text: the strict reader's failure is the extractor's
+    assert e.protocol["extractor"]["status"] == "differs"
+    assert e.protocol["label_tokenization"]["status"] == "not applicable"
+    assert e.protocol["scorer_normalisation"]["status"] == "same"
+
+
+def test_different_generations_are_not_the_extractors(tmp_path):
+    """Other texts on side B (another run): a flip is not the extractor's alone; a parse failure
+    stays a parse failure."""
+    strict = pattern(12)
+    lenient = shifted(strict, up=5, down=2)
+    a = _generations(strict, "M6-strict", {u: f"run one {u}" for u in UIDS}, {[u for u in UIDS if not strict[u]][0]})
+    b = _generations(lenient, "M6-lenient", {u: f"run two {u}" for u in UIDS})
+    path = store(tmp_path, "g", a + b)
+    e = explained(f"{path}:scorer=M6-strict", f"{path}:scorer=M6-lenient")
+    assert sum((f.share for f in e.factors), Fraction(0)) == e.gap
+    assert e.factor("parse_failure").items >= 1
+    assert e.factor("extractor").items == sum(strict[u] != lenient[u] for u in UIDS) - e.factor("parse_failure").items
+    # the one protocol difference the records show is the extractor: it carries the rest, with no item
+    # of both texts equal (that identification is stronger, and is not claimed here)
+    assert "very same generation" not in e.factor("extractor").detail
+
+
+def test_exemplar_content_alone_is_named(tmp_path):
+    """Two sides alike but for what their 5 exemplars show (an explanation or the answer alone)."""
+    from cube.analysis.explain import Side, explain
+    from cube.importers.contract import EXEMPLARS_ANSWER, EXEMPLARS_EXPLANATION, ScoringProtocol, exemplars_of
+
+    right = pattern(13)
+    a = read_records(store(tmp_path, "a", outcome_records(right, shots=5, **TOKENS)))
+    b = read_records(store(tmp_path, "b", outcome_records(shifted(right), shots=5, **TOKENS)))
+
+    def side(table_, content):
+        protocol = ScoringProtocol("h", "{{exemplars}}Q: {{Question}}\n答案：", "", "in_context", "sum", None,
+                                   exemplars=exemplars_of(5, content), chat_template="none")
+        return Side("s", table_, "micro", protocol)
+
+    e = explain(side(a, EXEMPLARS_ANSWER), side(b, EXEMPLARS_EXPLANATION), B=200)
+    assert_named_alone(e, "exemplars")
+    assert "解析" in e.protocol["exemplars"]["b"] and "解析" not in e.protocol["exemplars"]["a"]
+    # not recorded on one side: optional, so the flips are the remainder's, not exemplars'
+    e = explain(side(a, EXEMPLARS_ANSWER), side(b, None), B=200)
+    assert e.factor("exemplars").share == 0 and e.factor("remainder").share == e.gap
+
+
+def test_a_side_that_is_mostly_ties_is_flagged_with_its_count(tmp_path, capsys):
+    """A degenerate first-token cell against a sound one: explain says so, with the count, in its
+    table and its JSON (the degeneracy checks every import reports)."""
+    from cube.cli import main
+
+    a = tied_records(UIDS, label_set="L4_circled")
+    b = outcome_records(pattern(14), **TOKENS)
+    path = store(tmp_path, "t", a + b)
+    e = explained(f"{path}:label_set=L4_circled", f"{path}:label_set=L1_halfwidth")
+    assert any(w.startswith("WARNING: A ") and f"MOSTLY TIES: {len(UIDS)}/{len(UIDS)}" in w for w in e.warnings)
+    assert not any(w.startswith("WARNING: B ") for w in e.warnings)
+    assert main(["explain", f"{path}:label_set=L4_circled", f"{path}:label_set=L1_halfwidth",
+                 "--bootstrap", "100", "--allow-incomplete"]) == 0
+    assert f"MOSTLY TIES: {len(UIDS)}/{len(UIDS)}" in capsys.readouterr().out

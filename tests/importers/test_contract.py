@@ -52,3 +52,29 @@ def test_every_importer_describes_a_cell_of_its_store_without_explain_knowing_it
     assert isinstance(protocol, ScoringProtocol) and protocol.harness == importer.label
     assert protocol.extractor and protocol.aggregation  # an empty manifest still names both
     assert importer_of({"source": "cube-run"}) is None
+
+
+def test_the_committed_imports_say_their_precision_chat_form_and_exemplars():
+    """What `cube explain` compares of the lm-eval and OpenCompass imports, read back from their
+    manifests: the precision each run logged (lm-eval's model_dtype, OpenCompass's torch_dtype),
+    no chat template (lm-eval logged none; OpenCompass's base model class), and the exemplars."""
+    import json
+
+    from cube.analysis.explain_protocol import describe
+    from cube.config import REPO_ROOT
+    from cube.importers.contract import EXEMPLARS_ANSWER, EXEMPLARS_NONE, dtype_name
+
+    lm = json.loads((REPO_ROOT / "data/imported/lm-eval-smollm2/MANIFEST.json").read_text(encoding="utf-8"))
+    runs = lm["metadata"]["lm_eval"]["runs"].values()
+    assert {r["config"]["model_args"]["dtype"] for r in runs} == {"float32"}
+    cell = {"model": "smollm2-135m-instruct", "scorer": "M1-seq", "label_set": "L1_halfwidth",
+            "context": "zh_cue", "shots": 0, "order": "original"}
+    p = describe(lm, cell)
+    assert (p.dtype, p.chat_template, p.exemplars) == ("float32", "none", EXEMPLARS_NONE)
+    oc = json.loads((REPO_ROOT / "data/imported/opencompass-smollm2/MANIFEST.json").read_text(encoding="utf-8"))
+    dataset = next(d for d in oc["metadata"]["opencompass"]["datasets"].values() if d["mode"] == "ppl")
+    p = describe(oc, {**cell, "scorer": "OC-ppl", "context": dataset["context"], "shots": dataset["shots"]})
+    assert p.dtype == "float32" and p.chat_template == "none"
+    assert p.exemplars == f"{dataset['shots']} exemplars: {EXEMPLARS_ANSWER}"
+    assert "{{exemplars}}" in p.prompt and p.text_without_exemplars() == p.full_text().replace("{{exemplars}}", "")
+    assert [dtype_name(v) for v in ("torch.bfloat16", "float32", "auto", None)] == ["bfloat16", "float32", None, None]

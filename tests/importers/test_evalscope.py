@@ -79,7 +79,11 @@ def test_explain_reads_the_protocol_from_the_store(items):
     imported = _import(FIXTURE, items)
     row = imported.rows[0]
     protocol = describe(imported.metadata, row, [], "generation")
-    assert protocol.harness == "EvalScope" and protocol.prompt.startswith("{{5 solved examples of the subject, each with its 解析")
+    assert protocol.harness == "EvalScope" and protocol.prompt.startswith("{{exemplars}}")
+    # what the exemplars showed, read off the run's own prompts: every one carries its 解析 explanation
+    assert protocol.exemplars == "5 exemplars: question, options, a worked explanation (解析), then the answer label"
+    assert imported.metadata["evalscope"]["subsets"]["ceval_computer_network"]["exemplars"]["explained"] > 0
+    assert protocol.chat_template.startswith("model")
     assert "问题：{{Question}}\n选项：\nA. {{A}}" in protocol.prompt
     assert "parse_answers_zh" in describe(imported.metadata, {**row, "scorer": ES_SCORER}, [], "").extractor
     assert protocol.aggregation.startswith("per subset")

@@ -452,3 +452,22 @@ def test_a_generation_import_says_its_parse_failures_and_why_strict_fails(tmp_pa
            "cube's M6-strict 1/1, M6-lenient 0/1" in out
     assert "M6-strict reads only the strict answer form its own prompts ask for, `答案：X`" in out
     assert "label cell (" not in out and "no label cell: a generation run's answers are read from the text" in out
+
+
+def test_a_gen_runs_generations_are_stored_scrubbed_of_the_item(tmp_path, items):
+    """A generation that quotes its item (the question, an option) is stored scrubbed, as every
+    importer's and cube's own are; the decisions are still read off the whole text (the lenient
+    extractor finds the quoted option)."""
+    from cube.records.leakage import audit_records, build_index
+
+    item = _item(items, UIDS[0])
+    option = item.options[item.answer]
+    texts = [f"{item.question} 我选{option}", f"答案：{LABELS[_item(items, UIDS[1]).answer]}"]
+    write_oc_run(tmp_path, items, UIDS, "gen", generations=texts)
+    imported = import_runs([read_run(p) for p in find_runs(tmp_path)], items)
+    stored = {r["generation"] for r in imported.rows if r["uid"] == UIDS[0]}
+    assert len(stored) == 1 and option not in stored.pop() and len(item.question) >= 8
+    assert all(r["generation"] == texts[1] for r in imported.rows if r["uid"] == UIDS[1])  # nothing to scrub
+    lenient = next(r for r in imported.rows if r["uid"] == UIDS[0] and r["scorer"] == "M6-lenient")
+    assert lenient["pred"] == item.answer
+    assert not audit_records([(r["uid"], "generation", r["generation"]) for r in imported.rows], build_index(items))

@@ -213,7 +213,7 @@ def browser(site):
 
 
 # Waits until every chart div holds an svg/canvas and MathJax has finished, then reports.
-SETTLE = """(async () => {
+SETTLE = r"""(async () => {
   const deadline = Date.now() + 20000;
   const charts = () => [...document.querySelectorAll('div.cube-chart')];
   const drawn = d => d.querySelector('svg, canvas') !== null;

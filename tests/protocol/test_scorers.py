@@ -292,3 +292,15 @@ def test_the_cli_reads_the_table_without_pyarrow():
 
     assert run_scorers()[:9] == ("M1-seq", "M1-strict", "M2", "M3", "M4", "M5", "M6", "M6-cot", "TF")
     assert ",".join(run_scorers()) in scorers_help()
+
+
+def test_top_logprobs_scores_an_absent_label_at_the_floor_tied_with_other_absent_ones():
+    from cube.protocol.scorers import score_top_logprobs
+
+    present = score_top_logprobs([-1.0, None, -0.5, None], -3.0)  # a present label decides exactly
+    assert present.pred == 2 and not present.tied and list(present.scores) == [-1.0, -3.0, -0.5, -3.0]
+    assert present.tie_groups == ((1, 3),)
+    absent = score_top_logprobs([None, None, None, None], -3.0)  # the log cannot order them: a recorded tie
+    assert absent.pred == 0 and absent.tied and absent.tie_groups == ((0, 1, 2, 3),)
+    with pytest.raises(ValueError, match="below the top-K floor"):
+        score_top_logprobs([-4.0, None, -1.0, -2.0], -3.0)

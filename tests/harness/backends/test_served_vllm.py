@@ -12,12 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -39,54 +33,19 @@ pytestmark = [pytest.mark.registry,  # the demo model comes from PyPI
                                  reason=f"vLLM not installed ({VLLM_PYTHON} missing): build it with `make vllm-env`")]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """``vllm serve`` of the demo folder in fp32, as ``smollm2-135m-instruct``; yields its URL."""
+    from cube.harness.backends.local_vllm import ServerStartError, local_vllm
     from cube.harness.model_spec import parse_model
 
-    folder = parse_model(DEMO).folder()
-    port = free_port()
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND",
-                                                        f"0-{len(os.sched_getaffinity(0)) - 1}")}
-    env.pop("PYTHONPATH", None)
-    env["PYTHONPATH"] = str(REPO_ROOT)
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
-             "--served-model-name", DEMO, "--dtype", "float32", "--host", "127.0.0.1", "--port", str(port),
-             "--max-model-len", "4096", "--enforce-eager", "--seed", "0"],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + START_TIMEOUT_S
     try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vllm serve exited with {proc.returncode}: {log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(url + "/models", timeout=5) as answer:
-                    if DEMO in answer.read().decode():
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vllm serve did not answer within {START_TIMEOUT_S} s: {log.read_text()[-2000:]}")
-            time.sleep(2)
-        yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        with local_vllm(parse_model(DEMO).folder(), DEMO, log, python=VLLM_PYTHON,
+                        start_timeout_s=START_TIMEOUT_S) as url:
+            yield url
+    except ServerStartError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")
