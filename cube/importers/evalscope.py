@@ -441,7 +441,7 @@ def read(folder: Path, benchmark: str | None = None) -> RunsRead:
 
 
 AGGREGATION = "per subset: the mean of its samples' accuracy; a benchmark's as its report weights subsets"
-_FIELD = re.compile(r"(?<!\{)\{(question|subject|choices)\}(?!\})")
+_FIELD = re.compile(r"(?<!\{)\{(question|subject|choices|letters)\}(?!\})")
 
 
 def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Sequence[str],
@@ -451,12 +451,14 @@ def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Seq
     logged = metadata.get("evalscope") or {}
     prompt = None
     for run in (logged.get("runs") or {}).values():
-        for bench in (run.get("benchmarks") or {}).values():
+        for name, bench in (run.get("benchmarks") or {}).items():
             if context_name(bench) == cell["context"]:
                 template = bench.get("prompt_template")
-                if isinstance(template, str):
-                    fields = {"question": "{{Question}}", "subject": "{{subject_zh}}",
-                              "choices": "A. {{A}}\nB. {{B}}\nC. {{C}}\nD. {{D}}"}
+                if isinstance(template, str) and name in OPTION_LINE:
+                    choices = "\n".join(OPTION_LINE[name].format(label=label, option="{{" + label + "}}")
+                                         for label in LABELS)  # the benchmark's own layout (CMMLU 'A) ')
+                    fields = {"question": "{{Question}}", "subject": "{{subject_zh}}", "choices": choices,
+                              "letters": "{{letters}}"}
                     prompt = _FIELD.sub(lambda m: fields[m.group(1)], template)
                     if int(bench.get("few_shot_num") or 0):
                         prompt = EXEMPLAR_SLOT + prompt

@@ -228,6 +228,11 @@ def test_the_committed_cmmlu_run_holds_evalscopes_decisions_on_the_24_items():
     assert run["evalscope_version"] == "1.14.1" and bench["few_shot_num"] == 0 and bench["eval_split"] == "test"
     assert "请在回答前进行一步步思考" in bench["prompt_template"]  # its CMMLU default: chain of thought
     assert "dataset_id" not in bench  # the scratch folder's path is not kept
+    # what `cube explain` shows of it: CMMLU's own option layout ('A) '), 0-shot, a chat API
+    row = table[0]
+    protocol = describe({"evalscope": meta}, row, [row["context"]], "generation")
+    assert "选项：\nA) {{A}}\nB) {{B}}" in protocol.prompt and "是 {{letters}} 中" in protocol.prompt
+    assert protocol.exemplars == "none" and protocol.chat_template.startswith("model")
 
 
 def test_the_committed_cmmlu_run_holds_no_benchmark_text(benchmarks_root, capsys):
