@@ -18,7 +18,9 @@ are written, as cube's own are (``cube.records.leakage.scrub``).
 Records per sample, all of one generation: ``M6-es`` (EvalScope's own extracted answer, as its
 review logged it), and cube's ``M6-strict`` and ``M6-lenient`` on the same text. EvalScope's score
 of each sample must be its extracted answer against the gold, and its reported accuracy the mean
-of those scores: a mismatch is refused, since the records would then not be the run's decisions.
+of those scores, and each category's and the overall number (the one a user quotes), with its
+macro score, what EvalScope's own weighting gives from them: a mismatch is refused, since the
+records would then not be the run's decisions.
 """
 
 from __future__ import annotations
@@ -168,24 +170,111 @@ def read_jsonl(path: Path, what: str) -> dict[int, dict[str, Any]]:
     return out
 
 
-def read_report(path: Path) -> dict[str, float]:
-    """EvalScope's reported score per subset (percent-free: 0..1), from ``reports/<model>/<benchmark>.json``."""
+@dataclass(frozen=True)
+class ReportedTotal:
+    """One aggregate EvalScope's report states: a category of subsets, or the whole benchmark
+    (``name`` "overall"). EvalScope 1.x computes a category's ``score`` as the mean of its subsets
+    weighted by their sample counts (micro) and its ``macro_score`` as their plain mean; the
+    benchmark's ``score`` as the categories' weighted mean and its ``macro_score`` as the plain mean
+    of the categories' scores, each rounded to 4 places (``evalscope.report.report``)."""
+
+    name: str
+    subsets: tuple[str, ...]  # the subsets it is over (for "overall": every subset of the report)
+    num: int
+    score: float
+    macro_score: float | None
+
+
+@dataclass(frozen=True)
+class EvalScopeReport:
+    path: Path
+    subsets: dict[str, float]  # each subset's reported score, 0..1
+    totals: tuple[ReportedTotal, ...]  # its categories, then "overall"
+
+
+def _unit_score(value: Any, path: Path, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise HarnessImportError(f"{path}: {what}: score {value!r} is not from 0 to 1")
+    return float(value)
+
+
+def _count(value: Any, path: Path, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise HarnessImportError(f"{path}: {what}: num {value!r} is not a count")
+    return value
+
+
+def read_report(path: Path) -> EvalScopeReport:
+    """EvalScope's reported scores (0..1) from ``reports/<model>/<benchmark>.json``: per subset, per
+    category and for the benchmark, with the sample counts it states."""
     text = read_text(path, HarnessImportError, "EvalScope report", within=path.parents[2])
     try:
         report = json.loads(text)
     except (json.JSONDecodeError, RecursionError):
         raise HarnessImportError(f"{path}: not valid JSON (a truncated report?)") from None
     out: dict[str, float] = {}
+    totals: list[ReportedTotal] = []
     for metric in (report.get("metrics") or []) if isinstance(report, dict) else []:
+        every: list[str] = []
         for category in metric.get("categories") or []:
+            names = []
             for subset in category.get("subsets") or []:
-                score = subset.get("score")
-                if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0 <= score <= 1:
-                    raise HarnessImportError(f"{path}: subset {subset.get('name')!r}: score {score!r} is not from 0 to 1")
-                out[str(subset.get("name"))] = float(score)
+                if subset.get("is_aggregate"):
+                    continue  # a summary row of other subsets: EvalScope leaves it out of its totals too
+                name = str(subset.get("name"))
+                out[name] = _unit_score(subset.get("score"), path, f"subset {name!r}")
+                names.append(name)
+            label = "/".join(map(str, category.get("name") or [])) or "category"
+            macro = category.get("macro_score")
+            totals.append(ReportedTotal(
+                f"category {label}", tuple(names), _count(category.get("num"), path, f"category {label}"),
+                _unit_score(category.get("score"), path, f"category {label}"),
+                None if macro is None else _unit_score(macro, path, f"category {label} macro")))
+            every += names
+        macro = metric.get("macro_score")
+        totals.append(ReportedTotal("overall", tuple(every), _count(metric.get("num"), path, "overall"),
+                                    _unit_score(metric.get("score"), path, "overall"),
+                                    None if macro is None else _unit_score(macro, path, "overall macro")))
     if not out:
         raise HarnessImportError(f"{path}: no subset scores (metrics -> categories -> subsets)")
-    return out
+    return EvalScopeReport(path, out, tuple(totals))
+
+
+# EvalScope rounds each level to 4 places, and each level from the rounded one below: 3 roundings at most.
+_TOTAL_TOLERANCE = 2e-4
+
+
+def check_totals(report: EvalScopeReport, subsets: Mapping[str, "SubsetImport"]) -> dict[str, Any]:
+    """Each category's and the benchmark's reported score, sample count and macro score against the
+    ones the records give (exact per-subset accuracies, weighted as EvalScope weights them); a
+    mismatch is refused. Returns what the manifest keeps: each total, reported and reproduced."""
+    kept: dict[str, Any] = {}
+    micro_of: dict[str, float] = {}
+    for total in report.totals:
+        missing = [name for name in total.subsets if name not in subsets]
+        if missing:
+            raise HarnessImportError(f"{report.path}: the report scores subset {missing[0]!r}, which the run has no "
+                                     "reviews of; the report is not of these reviews")
+        members = [subsets[name] for name in total.subsets]
+        n = sum(m.n for m in members)
+        micro = sum(m.score * m.n for m in members) / n if n else 0.0
+        if total.name == "overall":
+            categories = [micro_of[t.name] for t in report.totals if t.name != "overall" and t.num > 0]
+            macro = sum(categories) / len(categories) if categories else 0.0
+        else:
+            macro = sum(m.score for m in members) / len(members) if members else 0.0
+            micro_of[total.name] = micro
+        for what, stated, reproduced, close in (
+                ("sample count", total.num, n, total.num == n),
+                ("score", total.score, micro, abs(total.score - micro) <= _TOTAL_TOLERANCE),
+                ("macro score", total.macro_score, macro,
+                 total.macro_score is None or abs(total.macro_score - macro) <= _TOTAL_TOLERANCE)):
+            if not close:
+                raise HarnessImportError(f"{report.path}: EvalScope reports {total.name} {what} {stated:g} but its own "
+                                         f"reviews give {reproduced:.4f}; the report is not of these reviews")
+        kept[total.name] = {"num": total.num, "score": total.score, "records_score": round(micro, 6),
+                            "macro_score": total.macro_score, "records_macro_score": round(macro, 6)}
+    return kept
 
 
 # --------------------------------------------------------------------------------------------
@@ -348,6 +437,7 @@ def import_runs(runs: Sequence[EvalScopeRun], items: Sequence[Item], model: str 
     decisions: list[Decision] = []
     units: list[SubsetImport] = []
     subsets: dict[str, Any] = {}
+    totals: dict[str, Any] = {}  # benchmark -> its reported categories and overall, each reproduced
     logged: dict[str, Any] = {}
     for run in runs:
         files: dict[str, Any] = {"config": {run.config_path.name: sha256_file(run.config_path)},
@@ -366,7 +456,8 @@ def import_runs(runs: Sequence[EvalScopeRun], items: Sequence[Item], model: str 
         for benchmark, path in run.reports.items():
             if not path.is_file():
                 raise HarnessImportError(f"{path}: missing; EvalScope's report of {benchmark} did not finish")
-            reported = read_report(path)
+            report = read_report(path)
+            reported = report.subsets
             files["reports"][benchmark] = sha256_file(path)
             for subset in (s for s in run.subsets if s.benchmark == benchmark):
                 summary = subsets[f"{benchmark}_{subset.subset}"]
@@ -377,6 +468,9 @@ def import_runs(runs: Sequence[EvalScopeRun], items: Sequence[Item], model: str 
                     raise HarnessImportError(
                         f"{path}: EvalScope reports {subset.subset} {summary.reported:g} but its own reviews give "
                         f"{summary.score:.4f} ({summary.n} samples); the report is not of these reviews")
+            # its categories' and its overall numbers too: the figure a user quotes is the overall one
+            totals[benchmark] = check_totals(report, {s.subset: subsets[f"{benchmark}_{s.subset}"]
+                                                      for s in run.subsets if s.benchmark == benchmark})
         logged[run.folder.name] = {
             "evalscope_version": run.config.get("evalscope_version"), "model": run.model,
             "eval_type": run.config.get("eval_type"), "generation_config": run.config.get("generation_config"),
@@ -387,7 +481,8 @@ def import_runs(runs: Sequence[EvalScopeRun], items: Sequence[Item], model: str 
         }
     metadata: dict[str, Any] = {
         "source": "evalscope",
-        "evalscope": {"runs": logged, "subsets": {k: _subset_json(s, runs) for k, s in subsets.items()}},
+        "evalscope": {"runs": logged, "subsets": {k: _subset_json(s, runs) for k, s in subsets.items()},
+                      "reported_totals": totals},
     }
     if family:
         metadata["families"] = {name: family}
@@ -419,13 +514,19 @@ def format_report(imported: Imported, out: Path | None = None) -> str:
                      f"{d['reported']:.4f} (records: {d['score']:.4f}) -> context {d['context']}; no answer found: "
                      f"EvalScope {fails.get(ES_SCORER, 0)}/{d['n']}, cube's M6-strict {fails.get('M6-strict', 0)}, "
                      f"M6-lenient {fails.get('M6-lenient', 0)}")
+    for benchmark, totals in (meta.get("reported_totals") or {}).items():
+        overall = totals.get("overall") or {}
+        if overall:
+            lines.append(f"  {benchmark} overall: EvalScope {overall['score']:.4f} over {overall['num']} samples (records: "
+                         f"{overall['records_score']:.4f}); its macro score {overall['macro_score'] or 0:.4f}, the mean of "
+                         f"its categories (records: {overall['records_macro_score']:.4f})")
     return "\n".join(lines)
 
 
 def report_json(imported: Imported, out: Path | None = None) -> dict[str, Any]:
     meta = imported.metadata["evalscope"]
     return {"model": imported.model, "out": str(out) if out else None, "records": len(imported.decisions),
-            "subsets": meta["subsets"]}
+            "subsets": meta["subsets"], "reported_totals": meta.get("reported_totals") or {}}
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import pytest
 from cube.config import REPO_ROOT
 from cube.errors import HarnessImportError
 from cube.importers.contract import write_store
-from cube.importers.evalscope import ES_SCORER, IMPORTER, LABELS, describe, import_runs, read
+from cube.importers.evalscope import ES_SCORER, IMPORTER, LABELS, describe, format_report, import_runs, read
 from cube.protocol.benchmarks import load_items
 from cube.records.store import read_manifest, read_records
 
@@ -240,3 +240,68 @@ def test_the_committed_cmmlu_run_holds_no_benchmark_text(benchmarks_root, capsys
 
     code = cli.main(["release", "audit", str(CMMLU_STORE), "--items", str(benchmarks_root / "cmmlu")])
     assert code == 0 and "leakage audit clean: 0 hit(s) in 72 records" in capsys.readouterr().out
+
+
+def _report(folder: Path) -> tuple[Path, dict]:
+    path = next(folder.glob("*/reports/*/ceval.json"))
+    return path, json.loads(path.read_text(encoding="utf-8"))
+
+
+def _one_right(folder: Path) -> str:
+    """The first review made right (EvalScope's extracted answer the target, score 1), the report's
+    numbers made as EvalScope makes them; returns that subset's name."""
+    def right(review: dict) -> None:
+        review["sample_score"]["score"]["extracted_prediction"] = review["target"][0] if isinstance(
+            review["target"], list) else review["target"]
+        value = review["sample_score"]["score"]["value"]
+        value[next(iter(value))] = 1.0
+    _edit_first_review(folder, right)
+    first = sorted(folder.glob("*/reviews/*/*.jsonl"))[0].stem.removeprefix("ceval_")
+    path, report = _report(folder)
+    metric = report["metrics"][0]
+    for category in metric["categories"]:
+        for subset in category["subsets"]:
+            if subset["name"] == first:
+                subset["score"] = round(1 / subset["num"], 4)
+        subs = category["subsets"]
+        category["score"] = round(sum(x["score"] * x["num"] for x in subs) / sum(x["num"] for x in subs), 4)
+        category["macro_score"] = round(sum(x["score"] for x in subs) / len(subs), 4)
+    cats = metric["categories"]
+    metric["score"] = round(sum(c["score"] * c["num"] for c in cats) / sum(c["num"] for c in cats), 4)
+    metric["macro_score"] = round(sum(c["score"] for c in cats) / len(cats), 4)
+    path.write_text(json.dumps(report), encoding="utf-8")
+    return first
+
+
+def test_the_reports_category_and_overall_numbers_are_reproduced(tmp_path, items):
+    """EvalScope's overall score (the number a user quotes), its macro score and each category's,
+    against the records: 1 right of 6 samples in two subsets of 3 is 1/6 overall and, per subset
+    1/3 and 0, a macro mean of 1/6 (computed here from the counts, not from the importer)."""
+    folder = _copy(tmp_path)
+    _one_right(folder)
+    imported = _import(folder, items)
+    overall = imported.metadata["evalscope"]["reported_totals"]["ceval"]["overall"]
+    assert overall["num"] == 6 and overall["records_score"] == pytest.approx(1 / 6, abs=1e-6)
+    assert overall["records_macro_score"] == pytest.approx(1 / 6, abs=1e-6)
+    # EvalScope rounds each level from the rounded level below: 0.3333 * 3 / 6 = 0.16665 -> 0.1666, where
+    # the exact 1/6 is 0.1667; the check allows that chain of roundings, no more
+    stated = _report(folder)[1]["metrics"][0]["score"]
+    assert overall["score"] == stated == 0.1666
+    assert "ceval overall: EvalScope 0.1666 over 6 samples (records: 0.1667)" in format_report(imported)
+    assert sum(r["correct"] for r in imported.rows if r["scorer"] == ES_SCORER) == 1
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m.update(score=0.5), "reports overall score 0.5"),
+    (lambda m: m.update(macro_score=0.5), "reports overall macro score 0.5"),
+    (lambda m: m["categories"][0].update(num=7), "reports category STEM sample count 7"),
+    (lambda m: m["categories"][0]["subsets"].append({"name": "law", "score": 0.0, "num": 3}),
+     "scores subset 'law', which the run has no reviews of"),
+])
+def test_a_report_whose_totals_are_not_its_reviews_is_refused(tmp_path, items, edit, message):
+    folder = _copy(tmp_path)
+    path, report = _report(folder)
+    edit(report["metrics"][0])
+    path.write_text(json.dumps(report), encoding="utf-8")
+    with pytest.raises(HarnessImportError, match=message):
+        _import(folder, items)
