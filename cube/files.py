@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,20 +116,27 @@ def read_json(path: str | Path, error: type[CubeError] = ConfigError, what: str 
     return parse_json(read_text(path, error, what), error, str(path), what)
 
 
-def read_json_lines(path: str | Path, error: type[CubeError] = ConfigError,
-                    what: str = "JSON-lines file") -> list[tuple[int, Any]]:
-    """(line number, value) for every non-blank line."""
+def parse_json_lines(text: str, error: type[CubeError] = ConfigError,
+                     where: Callable[[int], str] = lambda number: f"line {number}") -> list[tuple[int, Any]]:
+    """(line number, value) for every non-blank line of ``text``; a line that is not JSON, or nests
+    too deep for the parser, is one error naming ``where(line number)``."""
     out = []
-    for number, line in enumerate(read_text(path, error, what).splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             out.append((number, json.loads(line)))
         except json.JSONDecodeError as exc:
-            raise error(f"{path}:{number}: not a JSON line ({exc.msg})") from None
+            raise error(f"{where(number)}: not a JSON line ({exc.msg})") from None
         except RecursionError:
-            raise error(f"{path}:{number}: a JSON line nesting too deep to parse") from None
+            raise error(f"{where(number)}: a JSON line nesting too deep to parse") from None
     return out
+
+
+def read_json_lines(path: str | Path, error: type[CubeError] = ConfigError,
+                    what: str = "JSON-lines file") -> list[tuple[int, Any]]:
+    """(line number, value) for every non-blank line."""
+    return parse_json_lines(read_text(path, error, what), error, lambda number: f"{path}:{number}")
 
 
 def read_yaml(path: str | Path, error: type[CubeError] = ConfigError, what: str = "YAML file",

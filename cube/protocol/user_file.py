@@ -35,6 +35,7 @@ from typing import Any
 
 from cube.checksums import sha256_bytes
 from cube.errors import ConfigError, ItemsError
+from cube.files import parse_json_lines
 from cube.protocol.items import Item
 from cube.protocol.label_sets import MAX_OPTIONS
 
@@ -127,15 +128,7 @@ def _decode(path: Path, data: bytes) -> str:
 
 def _jsonl_rows(path: Path, text: str) -> list[Row]:
     rows = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ItemsError(f"{path} line {line_no}: not JSON ({exc.msg})") from None
-        except RecursionError:
-            raise ItemsError(f"{path} line {line_no}: JSON nested too deep") from None
+    for line_no, value in parse_json_lines(text, ItemsError, lambda number: f"{path} line {number}"):
         if not isinstance(value, dict):
             raise ItemsError(f"{path} line {line_no}: expected an object with question, choices and answer")
         rows.append(Row(len(rows), line_no, value))

@@ -146,6 +146,16 @@ def test_each_bad_jsonl_row_is_one_line_naming_file_row_and_field(tmp_path, case
     assert "\n" not in message and message.startswith(f"{path} ") and needle in re.sub(r" \(line \d+\)", "", message)
 
 
+def test_a_line_that_is_not_json_names_the_file_and_line(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n\n{\"question\": \n", encoding="utf-8")
+    with pytest.raises(ItemsError, match=r"mine\.jsonl line 3: not a JSON line \("):
+        UserBenchmark.read(path)
+    path.write_text("[" * 100_000 + "\n", encoding="utf-8")
+    with pytest.raises(ItemsError, match=r"mine\.jsonl line 1: a JSON line nesting too deep to parse"):
+        UserBenchmark.read(path)
+
+
 def test_non_utf8_names_the_line(tmp_path):
     path = tmp_path / "mine.csv"
     path.write_bytes("question,A,B,answer\nok?,1,2,A\n".encode() + "caf\xe9?,1,2,B\n".encode("latin-1"))
