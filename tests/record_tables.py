@@ -48,3 +48,10 @@ def scores_for(pred: int, k: int = 4, top: float = -0.2) -> list[float]:
 def table(records: Iterable[dict]) -> pa.Table:
     rows = list(records)
     return from_columns({name: [r[name] for r in rows] for name in rows[0]})
+
+
+def slice_in(dtype: str, context: str, flips=()) -> pa.Table:
+    """Eight items of one cell in one precision; ``flips``: the items this slice gets wrong."""
+    return table(record(uid=f"cmmlu/agronomy/test/{i}", context=context, dtype=dtype, gold=0,
+                        pred=1 if i in flips else 0, scores=scores_for(1 if i in flips else 0))
+                 for i in range(8))

@@ -21,7 +21,7 @@ from cube.analysis.rescore import (
 from cube.analysis.stats import footrule_noise_floor
 from cube.errors import ConfigError
 from cube.protocol.taxonomy import Taxonomy
-from tests.record_tables import record, scores_for, table
+from tests.record_tables import record, scores_for, slice_in, table
 
 SUBJECTS = ("agronomy", "anatomy", "ancient_chinese", "arts")
 # A made-up taxonomy: anatomy sits in two categories, agronomy and arts form a named subset.
@@ -361,18 +361,13 @@ def test_ranking_shift_matches_a_naive_footrule():
 # --- one precision per paired comparison ---------------------------------------------------------
 
 
-def _slice_in(dtype, context, flips=()):
-    """Eight items of one cell in one precision; ``flips``: the items this slice gets wrong."""
-    return table(record(uid=f"cmmlu/agronomy/test/{i}", context=context, dtype=dtype, gold=0,
-                        pred=1 if i in flips else 0, scores=scores_for(1 if i in flips else 0))
-                 for i in range(8))
 
 
 def test_a_pair_of_two_precisions_is_refused_unless_allowed_and_then_says_so():
     from cube.analysis.rescore import pair, regression_table
     from cube.errors import PrecisionMismatch
 
-    bf16, fp32 = _slice_in("bfloat16", "en_prompt_space", flips={1}), _slice_in("float32", "en_label_space", flips={2, 3})
+    bf16, fp32 = slice_in("bfloat16", "en_prompt_space", flips={1}), slice_in("float32", "en_label_space", flips={2, 3})
     with pytest.raises(PrecisionMismatch, match=r"slice A was scored in bfloat16 and slice B in float32.*--allow-mixed-precision"):
         pair(bf16, fp32)
     with pytest.raises(PrecisionMismatch):
@@ -380,8 +375,8 @@ def test_a_pair_of_two_precisions_is_refused_unless_allowed_and_then_says_so():
     allowed = regression_table(bf16, fp32, allow_mixed_precision=True)
     assert allowed.precision == "mixed: A bfloat16, B float32"
     assert (allowed.overall["a_only_right"], allowed.overall["b_only_right"]) == (2, 1)  # the same test, told
-    same = pair(bf16, _slice_in("bfloat16", "en_label_space"))
+    same = pair(bf16, slice_in("bfloat16", "en_label_space"))
     assert same.precision == "bfloat16"
     # a slice that records no precision (an import) cannot be checked, and says so
-    assert pair(_slice_in(None, "a"), _slice_in(None, "b")).precision == "not recorded"
+    assert pair(slice_in(None, "a"), slice_in(None, "b")).precision == "not recorded"
 

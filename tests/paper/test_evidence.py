@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.record_tables import record, scores_for, table
+from tests.record_tables import slice_in
 
 
-def _slice_in(dtype, context, flips=()):
-    """Eight items of one cell in one precision; ``flips``: the items this slice gets wrong."""
-    return table(record(uid=f"cmmlu/agronomy/test/{i}", context=context, dtype=dtype, gold=0,
-                        pred=1 if i in flips else 0, scores=scores_for(1 if i in flips else 0))
-                 for i in range(8))
 
 
 def test_the_book_evidence_refuses_a_mixed_whitespace_pair_and_names_what_it_compares():
     from cube.errors import PrecisionMismatch
     from cube.paper.evidence import calibration_ratios, whitespace_effects
 
-    merged, separate = _slice_in("bfloat16", "en_prompt_space", flips={1}), _slice_in("float32", "en_label_space", flips={2, 3})
+    merged, separate = slice_in("bfloat16", "en_prompt_space", flips={1}), slice_in("float32", "en_label_space", flips={2, 3})
     with pytest.raises(PrecisionMismatch):
         whitespace_effects(separate, merged, points=5.0)
     with pytest.raises(PrecisionMismatch):
@@ -26,7 +21,7 @@ def test_the_book_evidence_refuses_a_mixed_whitespace_pair_and_names_what_it_com
     (effect,) = whitespace_effects(separate, merged, points=5.0, allow_mixed_precision=True)
     assert effect.precision == "mixed: A bfloat16, B float32"
     assert (effect.acc_merged, effect.acc_separate) == (7 / 8, 6 / 8)
-    (same,) = whitespace_effects(_slice_in("float32", "en_label_space"), _slice_in("float32", "en_prompt_space"), 5.0)
+    (same,) = whitespace_effects(slice_in("float32", "en_label_space"), slice_in("float32", "en_prompt_space"), 5.0)
     assert same.precision == "float32"
 
 
@@ -36,8 +31,8 @@ def test_a_one_precision_rerun_of_one_side_takes_its_place_in_the_pair():
     (its own outcomes, not the bf16 ones) and the result says which side was re-run."""
     from cube.paper.evidence import whitespace_effects
 
-    merged, separate = _slice_in("bfloat16", "en_prompt_space", flips={1}), _slice_in("float32", "en_label_space", flips={2, 3})
-    rerun = _slice_in("float32", "en_prompt_space", flips={1, 4, 5})
+    merged, separate = slice_in("bfloat16", "en_prompt_space", flips={1}), slice_in("float32", "en_label_space", flips={2, 3})
+    rerun = slice_in("float32", "en_prompt_space", flips={1, 4, 5})
     (effect,) = whitespace_effects(separate, merged, points=5.0, reruns=rerun)
     assert effect.precision == "float32 (side A re-run)"
     assert (effect.acc_merged, effect.acc_separate) == (5 / 8, 6 / 8)
