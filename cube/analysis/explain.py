@@ -264,22 +264,25 @@ def _classes(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray, discordan
     cause = np.full(len(rows_a), None, dtype=object)
     # One generation read two ways (the same text on both sides): whatever else differs, only the
     # extractor can have changed the outcome, a parse failure of one of them included.
-    one_text = _same_generation(a, b, rows_a, rows_b)
-    cause[discordant & one_text] = "extractor"
-    failed = (a.table.column("parse_failed").to_numpy()[rows_a] | b.table.column("parse_failed").to_numpy()[rows_b])
-    failed &= ~one_text
-    tie = _decided_by_tie(a.table, rows_a) | _decided_by_tie(b.table, rows_b)
-    cause[discordant & failed] = "parse_failure"
-    cause[discordant & ~one_text & ~failed & tie] = "tie_break"
+    # Each class takes the discordant items no earlier class took, in this order.
+    one_text = discordant & _same_generation(a, b, rows_a, rows_b)
+    cause[one_text] = "extractor"
+    rest = discordant & ~one_text
+    failed = rest & (a.table.column("parse_failed").to_numpy()[rows_a] | b.table.column("parse_failed").to_numpy()[rows_b])
+    cause[failed] = "parse_failure"
+    rest &= ~failed
+    tie = rest & (_decided_by_tie(a.table, rows_a) | _decided_by_tie(b.table, rows_b))
+    cause[tie] = "tie_break"
+    rest &= ~tie
     # a decision a change of layout alone can flip, on either side: precision noise, not protocol
-    noise = _within_noise(a, rows_a) | _within_noise(b, rows_b)
-    cause[discordant & ~one_text & ~failed & ~tie & noise] = "precision_noise"
-    rest = discordant & ~one_text & ~failed & ~tie & ~noise
+    noise = rest & (_within_noise(a, rows_a) | _within_noise(b, rows_b))
+    cause[noise] = "precision_noise"
+    rest &= ~noise
     differing = [d for d in PROTOCOL_FACTORS if protocol[d]["status"] == "differs"]
     unknown = [d for d in PROTOCOL_FACTORS if protocol[d]["status"] == "unknown" and d not in OPTIONAL_FACTORS]
     notes: dict[str, str] = {}
-    if (discordant & one_text).any():
-        notes["same_generation"] = (f"{int((discordant & one_text).sum())} of its flips on items where both sides "
+    if one_text.any():
+        notes["same_generation"] = (f"{int(one_text.sum())} of its flips on items where both sides "
                                     "read the very same generation")
     if len(differing) == 1 and not unknown:
         cause[rest] = differing[0]
@@ -434,7 +437,7 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
          "both_wrong": int((~ca & ~cb).sum())},
         test.p_value, {"delta": boot.delta, "lo": boot.lo, "hi": boot.hi, "B": B, "seed": seed},
         factors, protocol, prompt_diff(a.protocol, b.protocol), subjects,
-        _max_score_difference(a, b, rows_a, rows_b), Fraction(int(ca.sum()), k), Fraction(int(cb.sum()), k),
+        _max_score_difference(a, b, rows_a, rows_b, protocol), Fraction(int(ca.sum()), k), Fraction(int(cb.sum()), k),
         _degeneracy_warnings(a, b))
 
 
@@ -451,8 +454,8 @@ def _degeneracy_warnings(a: Side, b: Side) -> list[str]:
     return out
 
 
-def _max_score_difference(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) -> float | None:
-    protocol = compare_protocols(a, b, rows_a, rows_b) if len(rows_a) else {}
+def _max_score_difference(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray,
+                          protocol: Mapping[str, Mapping[str, Any]]) -> float | None:
     if cell_of(a.table)["scorer"] != cell_of(b.table)["scorer"] or len(rows_a) == 0 \
             or protocol["prompt_bytes"]["status"] != "same" or protocol["chat_template"]["status"] == "differs":
         return None
