@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from cube.errors import ConfigError
 from cube.harness.run_config import RunConfig, RunSettings
-from cube.harness.runner import GENERATION_SCORERS, RunSpec, preflight
+from cube.harness.runner import RunSpec, preflight
+from cube.records.schema import GENERATION_SCORERS
 
 # The scorers that read only each label's first token: on a DEGEN cell their scores are a tie-break.
 FIRST_TOKEN_SCORERS = ("M1-strict",)

@@ -35,25 +35,14 @@ from cube import __version__
 from cube.atomic import atomic_write_text, temp_files
 from cube.errors import ConfigError
 from cube.harness.backends.base import Backend, ContinuationLogprobs, GenerationResult, ScoreRequest
-from cube.harness.run_config import RECORDED_SETTINGS, RunConfig, RunSettings  # noqa: F401
+from cube.harness.run_config import RunConfig, RunSettings
 from cube.harness.threads import thread_log
 from cube.protocol.chat import MODEL_CHAT, NO_CHAT, record_context
 from cube.protocol.scorers import PASSES, SCORERS, ContinuationScores, ScoreResult, pass_scorers
 from cube.protocol.items import Item
 from cube.protocol.prompts import Cell, cloze_prompt, judgement_prompts, render_prompt
 from cube.records.leakage import LeakageIndex, scrub
-from cube.records.schema import (  # noqa: F401
-    ALL_SCORERS,
-    CLOZE_CELL,
-    CLOZE_SCORERS,
-    GENERATION_SCORERS,
-    JUDGEMENT_CELL,
-    JUDGEMENT_SCORERS,
-    LABEL_SCORERS,
-    RUNLOG_NAME,
-    cell_shard_file,
-    record_row,
-)
+from cube.records.schema import ALL_SCORERS, RUNLOG_NAME, cell_shard_file, record_row
 
 
 @dataclass(frozen=True)
@@ -570,22 +559,36 @@ def clean_temp_files(spec: RunSpec, out: Path) -> list[Path]:
     return removed
 
 
-def job_groups(jobs: list[Job]) -> list[list[Job]]:
+def job_groups(jobs: list[Job], planned: list[Job] | None = None) -> list[tuple[list[Job], list[bool]]]:
     """The scoring jobs of each chunk of items together (one ``score`` call each), chunk by chunk;
-    then each generation job alone. Shards are still written one per job, so resuming is per job."""
+    then each generation job alone; each job with whether its shard is to be written.
+
+    ``planned`` (the spec's whole ``plan_jobs``): a chunk with any scoring job pending runs with
+    every planned scoring job of that chunk, in plan order, writing only the pending ones. A run
+    killed between two shard writes of one call then resumes on the very call it was making: a
+    call over fewer requests is another prefix tree, packed and batched otherwise, whose floats
+    differ in the last bits, so the resumed store would not be an uninterrupted run's. Shards are
+    still written one per job, so resuming is per job."""
+    pending = {job.filename for job in jobs}
     scoring: dict[int, list[Job]] = {}
     generation = []
     for job in jobs:
         if job.kind in SCORING_WORK:
             scoring.setdefault(job.chunk, []).append(job)
         else:
-            generation.append([job])
-    return [scoring[c] for c in sorted(scoring)] + generation
+            generation.append(([job], [True]))
+    if planned is not None:
+        for chunk in scoring:
+            scoring[chunk] = [j for j in planned if j.chunk == chunk and j.kind in SCORING_WORK]
+    return [(scoring[c], [j.filename in pending for j in scoring[c]]) for c in sorted(scoring)] + generation
 
 
 def iterate_jobs(backend: Backend, spec: RunSpec, out: Path, progress: bool = True,
-                 todo: list[Job] | None = None) -> Iterator[tuple[Job, int]]:
-    """Run each pending job (``todo``, default: :func:`pending_jobs`) and write its shard."""
+                 todo: list[Job] | None = None, rescored: list[Job] | None = None) -> Iterator[tuple[Job, int]]:
+    """Run each pending job (``todo``, default: :func:`pending_jobs`) and write its shard.
+
+    ``rescored``: where given, the done jobs scored again beside a pending one of their chunk
+    (``job_groups``) are appended to it; their shards are left as they are."""
     from tqdm import tqdm
 
     if todo is None:
@@ -594,12 +597,16 @@ def iterate_jobs(backend: Backend, spec: RunSpec, out: Path, progress: bool = Tr
     bar = tqdm(total=sum(len(j.items) for j in todo), unit="item", desc=spec.model, disable=not progress)
     t0 = time.perf_counter()
     tokens0 = backend.counter.forward_tokens
-    for group in job_groups(todo):
+    for group, write in job_groups(todo, plan_jobs(spec)):
         if group[0].kind in SCORING_WORK:
             results = run_scoring_jobs(backend, spec, group)
         else:
             results = [GENERATION_RUNNERS[job.kind](backend, spec, job) for job in group]
-        for job, rows in zip(group, results):
+        for job, rows, wanted in zip(group, results, write):
+            if not wanted:
+                if rescored is not None:
+                    rescored.append(job)
+                continue
             write_job_shard(out, spec.model, job, rows, configs[f"{spec.model}/{job.cell_name}"])
             bar.update(len(job.items))
             elapsed = max(time.perf_counter() - t0, 1e-9)
@@ -638,13 +645,15 @@ def _run_locked(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | 
         plan = resume_plan(spec, out)
     todo, skipped = plan.todo, plan.done
     n_rows = n_items = 0
-    for job, rows in iterate_jobs(backend, spec, out, progress, todo=todo):
+    rescored: list[Job] = []
+    for job, rows in iterate_jobs(backend, spec, out, progress, todo=todo, rescored=rescored):
         n_rows += rows
         n_items += len(job.items)
     wall = time.perf_counter() - t0
     log = {
         "config_hash": spec.config_hash(), "config_hash_version": CONFIG_HASH_VERSION, "model": spec.model, "model_sha256": model_sha256,
         "shard": f"{spec.shard[0]}/{spec.shard[1]}", "jobs_run": len(todo), "jobs_skipped": skipped,
+        "jobs_rescored": len(rescored),
         "records_written": n_rows, "item_jobs": n_items, "wall_s": round(wall, 2),
         "items_per_s": round(n_items / wall, 3) if wall > 0 else None,
         "forward_tokens": backend.counter.forward_tokens, "padded_tokens": backend.counter.padded_tokens, "head_rows": backend.counter.head_rows,

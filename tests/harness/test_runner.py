@@ -100,6 +100,47 @@ def test_killed_run_resumes_without_loss_or_duplicates(tmp_path, spec, tiny_qwen
     assert [(r["pred"], r["tie_groups"]) for r in resumed] == [(r["pred"], r["tie_groups"]) for r in ref]
 
 
+def test_a_run_killed_between_the_shards_of_one_chunk_resumes_to_the_same_bits(
+        tmp_path, monkeypatch, spec, tiny_qwen3, qwen3_tokenizer):
+    """A kill between two shard writes of one chunk (its cells share one ``score`` call) leaves part
+    of that call on disk. Scoring only the rest would run another prefix tree, packed and batched
+    otherwise, whose floats differ in the last bits (the Slurm test caught 1.5e-5 on a log-prob):
+    the resume scores the whole chunk again and writes only what is missing, so the resumed store
+    is bit for bit an uninterrupted one's."""
+    import dataclasses
+
+    import cube.harness.runner as runner
+
+    scoring = dataclasses.replace(spec, scorers=("M1-seq", "M1-strict", "M2", "M3", "M4", "M5"))
+    reference_dir = tmp_path / "ref"
+    run(backend(tiny_qwen3, qwen3_tokenizer), scoring, reference_dir, progress=False)
+
+    class Killed(Exception):
+        pass
+
+    real_write, written = runner.write_job_shard, []
+
+    def write_then_die(*args, **kwargs):
+        if len(written) == 1:  # the first chunk's second shard: its call's first shard is on disk
+            raise Killed()
+        written.append(real_write(*args, **kwargs))
+
+    monkeypatch.setattr(runner, "write_job_shard", write_then_die)
+    out = tmp_path / "resumed"
+    with pytest.raises(Killed):
+        run(backend(tiny_qwen3, qwen3_tokenizer), scoring, out, progress=False)
+    monkeypatch.setattr(runner, "write_job_shard", real_write)
+    first_chunk = [j for j in plan_jobs(scoring) if j.chunk == 0]
+    assert len(first_chunk) >= 3 and len(list((out / "tiny").glob("*.parquet"))) == 1
+
+    log = run(backend(tiny_qwen3, qwen3_tokenizer), scoring, out, progress=False)
+    assert log["jobs_skipped"] == 1 and log["jobs_rescored"] == 1
+    key = lambda r: tuple(r[k] for k in KEY_COLUMNS)  # noqa: E731
+    assert sorted(read(out), key=key) == sorted(read(reference_dir), key=key)  # every float, every bit
+    assert sorted(p.name for p in (out / "tiny").glob("*.parquet")) == \
+        sorted(p.name for p in (reference_dir / "tiny").glob("*.parquet"))
+
+
 def test_every_scoring_cell_of_a_chunk_shares_one_call_and_scores_as_each_cell_alone(
         tmp_path, spec, tiny_qwen3, qwen3_tokenizer):
     """Whole-protocol prefix sharing (issue 12): one ``score`` call per chunk of items over every
