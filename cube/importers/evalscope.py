@@ -36,7 +36,7 @@ import yaml
 
 from cube.checksums import sha256_file
 from cube.errors import HarnessImportError
-from cube.files import read_text
+from cube.files import parse_json_lines, read_text
 from cube.importers.contract import (
     CHAT_BY_SERVER,
     EXEMPLAR_SLOT,
@@ -149,16 +149,8 @@ def read_run(folder: str | Path) -> EvalScopeRun:
 def read_jsonl(path: Path, what: str) -> dict[int, dict[str, Any]]:
     """The file's samples by index; a line that is not a JSON object with an index is an error."""
     out: dict[int, dict[str, Any]] = {}
-    lines = read_text(path, HarnessImportError, f"EvalScope {what} file", within=path.parents[2]).splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            raise HarnessImportError(f"{path} line {number}: not valid JSON (a truncated {what} file?)") from None
-        except RecursionError:
-            raise HarnessImportError(f"{path} line {number}: JSON nested too deep to parse") from None
+    text = read_text(path, HarnessImportError, f"EvalScope {what} file", within=path.parents[2])
+    for number, entry in parse_json_lines(text, HarnessImportError, lambda number: f"{path} line {number}"):
         index = entry.get("index") if isinstance(entry, dict) else None
         if isinstance(index, bool) or not isinstance(index, int) or index < 0:
             raise HarnessImportError(f"{path} line {number}: no non-negative integer 'index'")

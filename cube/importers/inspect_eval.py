@@ -43,7 +43,6 @@ generations only.
 from __future__ import annotations
 
 import codecs
-import json
 import re
 import zipfile
 from collections.abc import Mapping, Sequence

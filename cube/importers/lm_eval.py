@@ -40,7 +40,7 @@ import numpy as np
 
 from cube.checksums import sha256_bytes, sha256_file
 from cube.errors import HarnessImportError
-from cube.files import check_within, parse_json, read_text
+from cube.files import check_within, parse_json, parse_json_lines, read_text
 from cube.importers.contract import (
     EXEMPLAR_SLOT,
     EXEMPLARS_ANSWER,
@@ -167,19 +167,8 @@ def read_samples(task: TaskRun) -> list[dict[str, Any]]:
     """The task's sample lines, one per doc; a line that is not JSON or lacks a field is an error."""
     out, seen = [], set()
     # within the results file's folder, which find_results checked: a samples link out of it is refused
-    lines = read_text(task.samples_path, HarnessImportError, "lm-eval samples file",
-                      within=task.samples_path.parent).splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            sample = json.loads(line)
-        except json.JSONDecodeError:
-            raise HarnessImportError(
-                f"{task.samples_path} line {number}: not valid JSON (a truncated samples file?)"
-            ) from None
-        except RecursionError:
-            raise HarnessImportError(f"{task.samples_path} line {number}: JSON nested too deep to parse") from None
+    text = read_text(task.samples_path, HarnessImportError, "lm-eval samples file", within=task.samples_path.parent)
+    for number, sample in parse_json_lines(text, HarnessImportError, lambda number: f"{task.samples_path} line {number}"):
         if not isinstance(sample, dict):
             raise HarnessImportError(f"{task.samples_path} line {number}: not a JSON object")
         missing = [k for k in ("doc_id", "doc", "target", "arguments", "filtered_resps") if k not in sample]

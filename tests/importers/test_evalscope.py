@@ -102,6 +102,13 @@ def _edit_first_review(folder: Path, change) -> None:
     path.write_text("\n".join([json.dumps(first, ensure_ascii=False), *lines[1:]]) + "\n", encoding="utf-8")
 
 
+def _truncate_first_predictions(folder: Path) -> None:
+    """A copy cut off mid-way through its second line, as a killed EvalScope leaves it."""
+    path = sorted(folder.glob("*/predictions/*/*.jsonl"))[0]
+    lines = path.read_text(encoding="utf-8").splitlines()
+    path.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2], encoding="utf-8")
+
+
 def _flip_score(review: dict) -> None:
     value = review["sample_score"]["score"]["value"]
     key = next(iter(value))
@@ -138,6 +145,7 @@ def _swap_options(folder: Path) -> None:
     (_edit_report, "but its own reviews give"),
     (_swap_options, "the prompt's options are not item"),
     (lambda f: shutil.rmtree(next(f.glob("*/configs"))), "no task_config*.yaml"),
+    (_truncate_first_predictions, r"predictions/\S+\.jsonl line 2: not a JSON line \("),
 ])
 def test_a_run_whose_files_disagree_is_refused(tmp_path, items, spoil, message):
     folder = _copy(tmp_path)
