@@ -33,7 +33,7 @@ import numpy as np
 
 from cube import __version__
 from cube.atomic import atomic_write_text, temp_files
-from cube.errors import ConfigError
+from cube.errors import ConfigError, RecordsError
 from cube.harness.backends.base import Backend, ContinuationLogprobs, GenerationResult, ScoreRequest
 from cube.harness.run_config import RunConfig, RunSettings
 from cube.harness.threads import thread_log
@@ -454,6 +454,31 @@ class ResumePlan:
     todo: list[Job]
     done: int
     broken: list[str]  # one line per listed shard that failed its check and is run again
+    unfinished: frozenset[str] = frozenset()  # done shards (job filenames) no finished run's log lists
+
+
+def finished_shards(out: Path, model: str) -> set[str]:
+    """The shard files (job filenames) a finished run of ``model`` logged in ``out``.
+
+    A killed run logs nothing, so a done shard missing here was written by a run that never
+    finished: the call it was part of may have been cut short (``job_groups``). A log line that
+    cannot be read vouches for nothing (the readers report a damaged log; here it only costs a
+    chunk scored again)."""
+    from cube.records.provenance import logged_files, read_run_logs
+
+    try:
+        entries = read_run_logs(out)
+    except RecordsError:
+        return set()
+    names: set[str] = set()
+    for entry in entries:
+        if entry.get("model") != model:
+            continue
+        try:
+            names.update(name.split("/", 1)[1] for name in logged_files(entry) if name.startswith(f"{model}/"))
+        except RecordsError:
+            continue
+    return names
 
 
 def resume_plan(spec: RunSpec, out: Path) -> ResumePlan:
@@ -485,7 +510,10 @@ def resume_plan(spec: RunSpec, out: Path) -> ResumePlan:
         if problem is not None:
             todo.append(job)
             broken.append(f"{out / name}: {problem}; running it again")
-    return ResumePlan(todo, len(jobs) - len(todo), broken)
+    pending = {job.filename for job in todo}
+    logged = finished_shards(out, spec.model) if len(todo) < len(jobs) else set()
+    unfinished = frozenset(j.filename for j in jobs if j.filename not in pending and j.filename not in logged)
+    return ResumePlan(todo, len(jobs) - len(todo), broken, unfinished)
 
 
 def check_model_files(out: Path, spec: RunSpec) -> None:
@@ -559,16 +587,18 @@ def clean_temp_files(spec: RunSpec, out: Path) -> list[Path]:
     return removed
 
 
-def job_groups(jobs: list[Job], planned: list[Job] | None = None) -> list[tuple[list[Job], list[bool]]]:
+def job_groups(jobs: list[Job], planned: list[Job] | None = None,
+               unfinished: frozenset[str] = frozenset()) -> list[tuple[list[Job], list[bool]]]:
     """The scoring jobs of each chunk of items together (one ``score`` call each), chunk by chunk;
     then each generation job alone; each job with whether its shard is to be written.
 
-    ``planned`` (the spec's whole ``plan_jobs``): a chunk with any scoring job pending runs with
-    every planned scoring job of that chunk, in plan order, writing only the pending ones. A run
-    killed between two shard writes of one call then resumes on the very call it was making: a
-    call over fewer requests is another prefix tree, packed and batched otherwise, whose floats
-    differ in the last bits, so the resumed store would not be an uninterrupted run's. Shards are
-    still written one per job, so resuming is per job."""
+    ``planned`` (the spec's whole ``plan_jobs``) and ``unfinished`` (done shards no finished run
+    logged): a chunk's call also scores, in plan order, its done jobs of a run that never finished,
+    writing only the pending ones. A run killed between two shard writes of one call then resumes
+    on the very call it was making: a call over fewer requests is another prefix tree, packed and
+    batched otherwise, whose floats differ in the last bits, so the resumed store would not be an
+    uninterrupted run's. Done shards of a finished run (a store that new cells join) are not scored
+    again. Shards are still written one per job, so resuming is per job."""
     pending = {job.filename for job in jobs}
     scoring: dict[int, list[Job]] = {}
     generation = []
@@ -577,27 +607,29 @@ def job_groups(jobs: list[Job], planned: list[Job] | None = None) -> list[tuple[
             scoring.setdefault(job.chunk, []).append(job)
         else:
             generation.append(([job], [True]))
-    if planned is not None:
+    if planned is not None and unfinished:
         for chunk in scoring:
-            scoring[chunk] = [j for j in planned if j.chunk == chunk and j.kind in SCORING_WORK]
+            scoring[chunk] = [j for j in planned if j.chunk == chunk and j.kind in SCORING_WORK
+                              and (j.filename in pending or j.filename in unfinished)]
     return [(scoring[c], [j.filename in pending for j in scoring[c]]) for c in sorted(scoring)] + generation
 
 
 def iterate_jobs(backend: Backend, spec: RunSpec, out: Path, progress: bool = True,
-                 todo: list[Job] | None = None, rescored: list[Job] | None = None) -> Iterator[tuple[Job, int]]:
-    """Run each pending job (``todo``, default: :func:`pending_jobs`) and write its shard.
+                 plan: ResumePlan | None = None, rescored: list[Job] | None = None) -> Iterator[tuple[Job, int]]:
+    """Run each pending job of ``plan`` (default: :func:`resume_plan`) and write its shard.
 
     ``rescored``: where given, the done jobs scored again beside a pending one of their chunk
     (``job_groups``) are appended to it; their shards are left as they are."""
     from tqdm import tqdm
 
-    if todo is None:
-        todo, _ = pending_jobs(spec, out)
+    if plan is None:
+        plan = resume_plan(spec, out)
+    todo = plan.todo
     configs = cell_configs(spec)
     bar = tqdm(total=sum(len(j.items) for j in todo), unit="item", desc=spec.model, disable=not progress)
     t0 = time.perf_counter()
     tokens0 = backend.counter.forward_tokens
-    for group, write in job_groups(todo, plan_jobs(spec)):
+    for group, write in job_groups(todo, plan_jobs(spec), plan.unfinished):
         if group[0].kind in SCORING_WORK:
             results = run_scoring_jobs(backend, spec, group)
         else:
@@ -646,7 +678,7 @@ def _run_locked(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | 
     todo, skipped = plan.todo, plan.done
     n_rows = n_items = 0
     rescored: list[Job] = []
-    for job, rows in iterate_jobs(backend, spec, out, progress, todo=todo, rescored=rescored):
+    for job, rows in iterate_jobs(backend, spec, out, progress, plan=plan, rescored=rescored):
         n_rows += rows
         n_items += len(job.items)
     wall = time.perf_counter() - t0

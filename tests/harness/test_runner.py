@@ -141,6 +141,27 @@ def test_a_run_killed_between_the_shards_of_one_chunk_resumes_to_the_same_bits(
         sorted(p.name for p in (reference_dir / "tiny").glob("*.parquet"))
 
 
+def test_cells_that_join_a_finished_store_do_not_score_its_done_cells_again(tmp_path, spec, tiny_qwen3, qwen3_tokenizer):
+    """Only a run that never finished can have cut a call short: the shards a finished run logged
+    are skipped, not scored again beside the new cells (that would cost the whole store again)."""
+    import dataclasses
+
+    first = dataclasses.replace(spec, cells=spec.cells[:1], scorers=("M1-seq", "M1-strict"))
+    run(backend(tiny_qwen3, qwen3_tokenizer), first, tmp_path, progress=False)
+    both = dataclasses.replace(first, cells=spec.cells)
+    calls = []
+    joined = backend(tiny_qwen3, qwen3_tokenizer)
+    real_score = joined.score
+    joined.score = lambda requests, batch_size=16: calls.append(len(requests)) or real_score(requests, batch_size)
+    log = run(joined, both, tmp_path, progress=False)
+    n_first = len(plan_jobs(first))
+    assert log["jobs_skipped"] == n_first and log["jobs_run"] == n_first and log["jobs_rescored"] == 0
+    from cube.harness.runner import SCORING_WORK
+
+    new_requests = sum(len(SCORING_WORK[j.kind](both, j).requests) for j in plan_jobs(both) if j.cell == spec.cells[1])
+    assert sum(calls) == new_requests
+
+
 def test_every_scoring_cell_of_a_chunk_shares_one_call_and_scores_as_each_cell_alone(
         tmp_path, spec, tiny_qwen3, qwen3_tokenizer):
     """Whole-protocol prefix sharing (issue 12): one ``score`` call per chunk of items over every
