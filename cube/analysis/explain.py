@@ -45,6 +45,7 @@ from cube.analysis.rescore import pair
 from cube.analysis.stats import clustered_bootstrap_ci, mcnemar_exact
 from cube.errors import ConfigError
 from cube.importers.contract import ScoringProtocol, chat_kind
+from cube.protocol.chat import NO_CHAT
 from cube.records.store import list_matrix
 
 STAGES = ("sample", "aggregation", "outcomes")
@@ -175,9 +176,12 @@ def compare_protocols(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) 
                         "b": f"{cb['shots']}-shot; {pb.exemplars or 'content not recorded'}"}
     # The chat template (issue 37 §3): the same plain prompt shown as a chat or not. prompt_bytes
     # compares the plain prompts, so a chat-or-not gap is this factor's alone. Compared by kind
-    # (none / model): two harnesses name one template differently.
-    out["chat_template"] = {"status": _status(chat_kind(pa_.chat_template), chat_kind(pb.chat_template)),
-                            "a": pa_.chat_template, "b": pb.chat_template}
+    # (none / model): two harnesses name one template differently; two "model" sides are the same
+    # template only where both recorded its digest and the digests agree (a server's is unknown).
+    chat = _status(chat_kind(pa_.chat_template), chat_kind(pb.chat_template))
+    if chat == "same" and chat_kind(pa_.chat_template) != NO_CHAT:
+        chat = _status(pa_.chat_template_sha256, pb.chat_template_sha256)
+    out["chat_template"] = {"status": chat, "a": pa_.chat_template, "b": pb.chat_template}
     # The text written as the label decides first; then the label tokens the records hold (a
     # declared tokenization that yields the same tokens changes nothing); then the declared one.
     tokens_a, tokens_b = _label_tokens(a.table, rows_a), _label_tokens(b.table, rows_b)

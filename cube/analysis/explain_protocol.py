@@ -103,6 +103,7 @@ def describe(manifest: Mapping[str, Any], cell: Mapping[str, Any],
     return ScoringProtocol("cube", prompt, prefix, tokenization, normalisation,
                            _frozen_verdict(frozen_audit, family, cell), extractor=extractor_of(cell["scorer"]),
                            aggregation=CUBE_AGGREGATION, chat_template=_chat_template(manifest, cell),
+                           chat_template_sha256=_chat_sha256(manifest, cell),
                            # cube's shots: dev items of the subject, each ending in its answer label
                            exemplars=exemplars_of(cell["shots"], EXEMPLARS_ANSWER))
 
@@ -115,9 +116,19 @@ def _chat_template(manifest: Mapping[str, Any], cell: Mapping[str, Any]) -> str:
     chat = split_context(str(cell["context"]))[1]
     if chat != MODEL_CHAT:
         return chat
-    digests = sorted({str(c.get("chat_template_sha256")) for k, c in (manifest.get("cells") or {}).items()
-                      if k.startswith(f"{cell['model']}/") and c.get("chat_template") == MODEL_CHAT})
-    return f"{MODEL_CHAT} (template sha256 {digests[0][:12]}...)" if len(digests) == 1 else MODEL_CHAT
+    digest = _chat_sha256(manifest, cell)
+    return f"{MODEL_CHAT} (template sha256 {digest[:12]}...)" if digest else MODEL_CHAT
+
+
+def _chat_sha256(manifest: Mapping[str, Any], cell: Mapping[str, Any]) -> str | None:
+    """The digest of the chat template the store recorded for the model's chat cells (one), else None."""
+    from cube.protocol.chat import MODEL_CHAT, split_context
+
+    if split_context(str(cell["context"]))[1] != MODEL_CHAT:
+        return None
+    digests = {c.get("chat_template_sha256") for k, c in (manifest.get("cells") or {}).items()
+               if k.startswith(f"{cell['model']}/") and c.get("chat_template") == MODEL_CHAT}
+    return next(iter(digests)) if len(digests) == 1 and isinstance(next(iter(digests)), str) else None
 
 
 def prompt_diff(a: ScoringProtocol, b: ScoringProtocol) -> list[str]:

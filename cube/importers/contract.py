@@ -122,6 +122,9 @@ class ScoringProtocol:
     # "none" (the plain prompt) or "model (template sha256 ...)": the chat-template axis
     # (cube.protocol.chat); None where the store does not say
     chat_template: str | None = None
+    # the sha256 of the template's UTF-8 text where the store recorded it (cube's cells, lm-eval's
+    # chat_template_sha): two "model" sides are the same template only where both digests say so
+    chat_template_sha256: str | None = None
     # what each few-shot exemplar shows (EXEMPLARS_*): "none" at 0 shots; None where the store does
     # not say. The exemplars' place in the prompt is EXEMPLAR_SLOT, so that their count and content
     # are a factor of their own, apart from the prompt's bytes (EvalScope's C-Eval exemplars carry a

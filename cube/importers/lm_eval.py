@@ -856,12 +856,14 @@ def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Seq
             return ScoringProtocol(IMPORTER_LABEL, text if isinstance(text, str) else None,
                                    str(p.get("target_delimiter", " ")), LABEL_TOKENS, normalisation, verdict,
                                    extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION,
-                                   chat_template=_chat_form(logged), dtype=_dtype(logged),
+                                   chat_template=_chat_form(logged), chat_template_sha256=_chat_sha256(logged),
+                                   dtype=_dtype(logged),
                                    # lm-eval's fewshot: each exemplar's doc_to_text, delimiter and target
                                    exemplars=exemplars_of(cell["shots"], EXEMPLARS_ANSWER))
     return ScoringProtocol(IMPORTER_LABEL, None, None, None, normalisation, None,
                            extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION,
-                           chat_template=_chat_form(logged), exemplars=exemplars_of(cell["shots"], None),
+                           chat_template=_chat_form(logged), chat_template_sha256=_chat_sha256(logged),
+                           exemplars=exemplars_of(cell["shots"], None),
                            dtype=_dtype(logged))
 
 
@@ -881,10 +883,20 @@ def _chat_form(logged: Mapping[str, Any]) -> str | None:
     if used == {False}:
         return "none"
     if used == {True}:
-        shas = {run.get("chat_template_sha") for run in logged["runs"].values()}
-        sha = next(iter(shas)) if len(shas) == 1 else None
-        return f"model (template sha256 {str(sha)[:12]}...)" if sha else "model"
+        sha = _chat_sha256(logged)
+        return f"model (template sha256 {sha[:12]}...)" if sha else "model"
     return None
+
+
+def _chat_sha256(logged: Mapping[str, Any]) -> str | None:
+    """The sha256 of the chat template every run applied (lm-eval's ``chat_template_sha``, of the
+    template's UTF-8 text as cube's is); None where no template was applied or the runs disagree."""
+    runs = (logged.get("runs") or {}).values()
+    if {run.get("chat_template_used") for run in runs} != {True}:
+        return None
+    shas = {run.get("chat_template_sha") for run in runs}
+    sha = next(iter(shas)) if len(shas) == 1 else None
+    return sha if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha) else None
 
 
 IMPORTER_LABEL = "lm-eval"

@@ -498,3 +498,31 @@ def test_a_side_that_is_mostly_ties_is_flagged_with_its_count(tmp_path, capsys):
     assert main(["explain", f"{path}:label_set=L4_circled", f"{path}:label_set=L1_halfwidth",
                  "--bootstrap", "100", "--allow-incomplete"]) == 0
     assert f"MOSTLY TIES: {len(UIDS)}/{len(UIDS)}" in capsys.readouterr().out
+
+
+def test_two_chat_templates_are_the_same_only_where_both_digests_say_so(tmp_path):
+    """Two sides both shown in a chat template: a kind alone ("model") does not make them the same
+    template. Recorded digests that differ name the chat template alone; a side without one (a
+    server's template) leaves it unknown, and the flips are the remainder's, not the template's."""
+    from cube.analysis.explain import Side, explain
+    from cube.importers.contract import ScoringProtocol
+
+    right = pattern(15)
+    a = read_records(store(tmp_path, "a", outcome_records(right, **TOKENS)))
+    b = read_records(store(tmp_path, "b", outcome_records(shifted(right), **TOKENS)))
+
+    def side(table_, digest):
+        shown = f"model (template sha256 {digest[:12]}...)" if digest else "model (the server's)"
+        protocol = ScoringProtocol("h", "Q: {{Question}}\n答案：", "", "in_context", "sum", None,
+                                   chat_template=shown, chat_template_sha256=digest, exemplars="none")
+        return Side("s", table_, "micro", protocol)
+
+    one, other = "1" * 64, "2" * 64
+    e = explain(side(a, one), side(b, other), B=200)
+    assert_named_alone(e, "chat_template")
+    assert e.protocol["chat_template"]["status"] == "differs"
+    e = explain(side(a, one), side(b, one), B=200)
+    assert e.protocol["chat_template"]["status"] == "same" and e.factor("chat_template").share == 0
+    e = explain(side(a, one), side(b, None), B=200)
+    assert e.protocol["chat_template"]["status"] == "unknown"
+    assert e.factor("chat_template").share == 0 and e.factor("remainder").share == e.gap

@@ -153,6 +153,10 @@ def test_a_qwen_chat_cell_is_recorded_audited_resumed_sliced_and_explained(qwen3
     assert explained["protocol"]["prompt_bytes"]["status"] == "same"
     assert explained["max_score_difference"] is None  # the prompts are not byte-equal: one is a chat
     assert "chat_template" in [f["name"] for f in explained["factors"]]
+    # two chat cells of one store: the one template, known by its recorded digest on both sides
+    assert main(["explain", f"{out}:label_set=L1_halfwidth,context=zh_cue@chat,scorer=M1-seq",
+                 f"{out}:label_set=L4_circled,context=zh_cue@chat,scorer=M1-seq", "--json", "--bootstrap", "100"]) == 0
+    assert json.loads(capsys.readouterr().out)["protocol"]["chat_template"]["status"] == "same"
 
     # another template is another model file: the resume is refused naming it, before anything loads
     (qwen3_chat / "chat_template.jinja").write_text(qwen_template.replace("You are Qwen", "You are Q"), encoding="utf-8")

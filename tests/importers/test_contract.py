@@ -78,3 +78,36 @@ def test_the_committed_imports_say_their_precision_chat_form_and_exemplars():
     assert p.exemplars == f"{dataset['shots']} exemplars: {EXEMPLARS_ANSWER}"
     assert "{{exemplars}}" in p.prompt and p.text_without_exemplars() == p.full_text().replace("{{exemplars}}", "")
     assert [dtype_name(v) for v in ("torch.bfloat16", "float32", "auto", None)] == ["bfloat16", "float32", None, None]
+    assert p.chat_template_sha256 is None and describe(lm, cell).chat_template_sha256 is None  # no template, no digest
+
+
+def test_lm_evals_chat_template_digest_is_the_sha256_of_the_templates_text():
+    """lm-eval logs ``chat_template_sha`` as the sha256 of the template's UTF-8 text, as cube records
+    its own (``ChatTemplate.sha256``): one template gives one digest on both sides, so explain can
+    tell two chat templates apart; runs that disagree, or one not applied, give none."""
+    import copy
+    import hashlib
+    import json
+
+    from cube.analysis.explain_protocol import describe
+    from cube.config import REPO_ROOT
+    from cube.protocol.chat import ChatTemplate
+
+    lm = json.loads((REPO_ROOT / "data/imported/lm-eval-smollm2/MANIFEST.json").read_text(encoding="utf-8"))
+    cell = {"model": "smollm2-135m-instruct", "scorer": "M1-seq", "label_set": "L1_halfwidth",
+            "context": "zh_cue", "shots": 0, "order": "original"}
+    template = "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}"
+    digest = hashlib.sha256(template.encode("utf-8")).hexdigest()
+    assert ChatTemplate(template, "ours").sha256 == digest
+    chat = copy.deepcopy(lm)
+    for run in chat["metadata"]["lm_eval"]["runs"].values():
+        run.update(chat_template_used=True, chat_template_sha=digest)
+    p = describe(chat, cell)
+    assert p.chat_template_sha256 == digest and p.chat_template == f"model (template sha256 {digest[:12]}...)"
+    runs = chat["metadata"]["lm_eval"]["runs"]
+    first = next(iter(runs.values()))
+    runs["another run"] = {**first, "chat_template_sha": "0" * 64}  # two runs, two templates: no one digest
+    assert describe(chat, cell).chat_template_sha256 is None
+    del runs["another run"]
+    first["chat_template_used"] = False
+    assert describe(chat, cell).chat_template_sha256 is None
