@@ -5,7 +5,7 @@ answered in general terms: prompts, shots, parsing, micro against macro. The rec
 answer per item, so this module computes it.
 
 **Slices** are ``STORE[:SELECT]`` (:mod:`cube.analysis.explain_selectors`): one protocol cell
-each, and how its score aggregates (``agg=micro|macro``).
+each, and how its score aggregates (``agg=micro|macro``, or ``harness``: its harness's own).
 
 **The gap** is ``score(B) - score(A)``, each on its own items under its own aggregation, in
 exact fractions. It is split into factors along a path that changes one thing at a time: the
@@ -40,7 +40,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cube.analysis.explain_protocol import describe, prompt_diff
-from cube.analysis.explain_selectors import SliceSpec, cell_of, first_cell, one_cell
+from cube.analysis.explain_selectors import (
+    AGGREGATIONS,
+    HARNESS_AGGREGATION,
+    SliceSpec,
+    cell_of,
+    first_cell,
+    one_cell,
+)
 from cube.analysis.rescore import pair
 from cube.analysis.stats import clustered_bootstrap_ci, mcnemar_exact
 from cube.errors import ConfigError
@@ -526,7 +533,13 @@ def explain_slices(spec_a: SliceSpec, spec_b: SliceSpec, allow_incomplete: bool 
         family = model_families(manifest).get(cell["model"])
         contexts = pc.unique(table.column("context")).to_pylist()
         protocol = describe(manifest, cell, frozen, family, contexts)
-        sides.append(Side(spec.text, table, spec.aggregation, protocol,
+        aggregation = spec.aggregation
+        if aggregation == HARNESS_AGGREGATION:
+            aggregation = protocol.headline
+            if aggregation not in AGGREGATIONS:
+                raise ConfigError(f"slice {spec.text!r}: agg=harness, but its store does not say how "
+                                  f"{protocol.harness} averages a benchmark's subjects; give agg=micro or agg=macro")
+        sides.append(Side(spec.text, table, aggregation, protocol,
                           _cell_dtype(manifest, cell) or _records_dtype(table) or protocol.dtype))
     return explain(sides[0], sides[1], B=B, seed=seed)
 

@@ -102,7 +102,7 @@ def describe(manifest: Mapping[str, Any], cell: Mapping[str, Any],
     prompt, prefix, tokenization = _cube_prompt(cell)
     return ScoringProtocol("cube", prompt, prefix, tokenization, normalisation,
                            _frozen_verdict(frozen_audit, family, cell), extractor=extractor_of(cell["scorer"]),
-                           aggregation=CUBE_AGGREGATION, chat_template=_chat_template(manifest, cell),
+                           aggregation=CUBE_AGGREGATION, headline="micro", chat_template=_chat_template(manifest, cell),
                            chat_template_sha256=_chat_sha256(manifest, cell),
                            # cube's shots: dev items of the subject, each ending in its answer label
                            exemplars=exemplars_of(cell["shots"], EXEMPLARS_ANSWER))

@@ -10,7 +10,10 @@ refused, naming the fields that still vary and their values, so that two protoco
 pooled by accident. A VALUE ending in ``*`` is a prefix, whose cells make one slice where they
 hold one record per item (OpenCompass's CMMLU prompts name the subject, so its import has one
 context per subject). ``agg`` (``micro``, the default, or ``macro``) is how that side's headline
-score averages its items: pooled, or the mean of its subjects' accuracies.
+score averages its items: pooled, or the mean of its subjects' accuracies; ``harness`` is the one
+the side's harness reports its own number by (``ScoringProtocol.headline``: OpenCompass's summary
+is the mean of subjects, lm-eval's, EvalScope's, inspect's and cube's the records' mean), so that
+the gap is the one between the two numbers the harnesses print.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from cube.records.store import group_ids
 
 SELECT_FIELDS = ("model", "scorer", "label_set", "context", "shots", "order", "agg")
 AGGREGATIONS = ("micro", "macro")
+HARNESS_AGGREGATION = "harness"  # resolved per side once its protocol is read
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class SliceSpec:
     text: str
     store: Path
     filters: dict[str, Any]
-    aggregation: str
+    aggregation: str  # micro | macro | harness (the side's harness's own, read with its protocol)
 
 
 def parse_slice(text: str) -> SliceSpec:
@@ -65,8 +69,9 @@ def parse_slice(text: str) -> SliceSpec:
             raise ConfigError(f"slice {text!r}: field {name!r} given twice")
         seen.add(name)
         if name == "agg":
-            if value not in AGGREGATIONS:
-                raise ConfigError(f"slice {text!r}: agg={value!r}; one of {', '.join(AGGREGATIONS)}")
+            if value not in (*AGGREGATIONS, HARNESS_AGGREGATION):
+                raise ConfigError(f"slice {text!r}: agg={value!r}; one of {', '.join(AGGREGATIONS)}, "
+                                  f"{HARNESS_AGGREGATION}")
             aggregation = value
         elif name == "shots":
             if not (value.isascii() and value.isdigit()):  # "²".isdigit(), but int("²") fails

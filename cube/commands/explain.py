@@ -7,7 +7,7 @@ SELECT is FIELD=VALUE terms joined by commas, FIELD one of model, scorer, label_
 shots, order (record fields: they must leave one protocol cell; a VALUE ending in * is a prefix,
 whose cells are one slice where they hold one record per item, e.g. OpenCompass's context per
 subject: context=oc-ppl-*) and agg (micro, the default, or macro: how that side's score
-averages). For example::
+averages; harness: the way that side's harness averages the number it reports). For example::
 
     cube explain data/records:model=smollm2-135m-instruct,scorer=M1-seq,label_set=L1_halfwidth,context=zh_cue,shots=0 \\
                  data/imported/lm-eval-smollm2:scorer=M1-seq,context=zh_cue,label_set=L1_halfwidth

@@ -119,6 +119,9 @@ class ScoringProtocol:
     decides_as: str | None = None  # another scorer whose decisions this one's equal on these items
     extractor: str | None = None  # how an answer is read off a generation; None for scored options
     aggregation: str | None = None  # how the harness turned decisions into its reported number
+    # "micro" or "macro": how the harness averages a benchmark's subjects into the number it
+    # reports (the records' mean, or the mean of subjects' means); what ``agg=harness`` selects
+    headline: str | None = None
     # "none" (the plain prompt) or "model (template sha256 ...)": the chat-template axis
     # (cube.protocol.chat); None where the store does not say
     chat_template: str | None = None

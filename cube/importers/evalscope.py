@@ -534,6 +534,9 @@ def read(folder: Path, benchmark: str | None = None) -> RunsRead:
 
 
 AGGREGATION = "per subset: the mean of its samples' accuracy; a benchmark's as its report weights subsets"
+# its headline: the report's "score" weights each subset by its samples, the records' mean (its
+# "macro_score", also reported, is the mean of subsets; both reproduced at import)
+HEADLINE = "micro"
 _FIELD = re.compile(r"(?<!\{)\{(question|subject|choices|letters)\}(?!\})")
 
 
@@ -560,7 +563,7 @@ def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Seq
                 if s.get("context") in (set(contexts) or {cell["context"]})}
     content = next(iter(contents)) if len(contents) == 1 else None
     return ScoringProtocol(IMPORTER_LABEL, prompt, None, None, normalisation, None,
-                           extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION,
+                           extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION, headline=HEADLINE,
                            chat_template=_chat_form(logged), exemplars=exemplars_of(cell["shots"], content))
 
 

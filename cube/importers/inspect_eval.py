@@ -422,6 +422,8 @@ def read(path: Path, benchmark: str | None) -> RunsRead:
 
 
 AGGREGATION = "accuracy: the mean over samples (C 1, I and N 0)"
+# its headline: accuracy, the mean over all samples of the task
+HEADLINE = "micro"
 
 
 def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Sequence[str],
@@ -436,7 +438,7 @@ def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Seq
     chat = CHAT_BY_SERVER if model.startswith(("openai-api/", "openai/", "vllm/")) else None
     return ScoringProtocol(IMPORTER_LABEL, template if isinstance(template, str) else None, None, None,
                            normalisation, None, extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION,
-                           chat_template=chat, exemplars=exemplars_of(cell["shots"], None))
+                           headline=HEADLINE, chat_template=chat, exemplars=exemplars_of(cell["shots"], None))
 
 
 IMPORTER_LABEL = "inspect_ai"

@@ -838,6 +838,9 @@ def read(folder: Path, benchmark: str | None) -> RunsRead:
 # How lm-eval cuts a label's tokens from the prompt's, as ``cube explain`` names it.
 LABEL_TOKENS = "whole text, label past len(tokens(prompt)) (lm-eval)"
 AGGREGATION = "per task: acc averaged over its docs"
+# its headline for a benchmark of subjects: its cmmlu and ceval groups take the mean of acc
+# with weight_by_size (aggregate_metric_list), the records' mean
+HEADLINE = "micro"
 
 
 def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Sequence[str],
@@ -855,13 +858,13 @@ def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Seq
                 text = EXEMPLAR_SLOT + text
             return ScoringProtocol(IMPORTER_LABEL, text if isinstance(text, str) else None,
                                    str(p.get("target_delimiter", " ")), LABEL_TOKENS, normalisation, verdict,
-                                   extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION,
+                                   extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION, headline=HEADLINE,
                                    chat_template=_chat_form(logged), chat_template_sha256=_chat_sha256(logged),
                                    dtype=_dtype(logged),
                                    # lm-eval's fewshot: each exemplar's doc_to_text, delimiter and target
                                    exemplars=exemplars_of(cell["shots"], EXEMPLARS_ANSWER))
     return ScoringProtocol(IMPORTER_LABEL, None, None, None, normalisation, None,
-                           extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION,
+                           extractor=extractor_of(cell["scorer"]), aggregation=AGGREGATION, headline=HEADLINE,
                            chat_template=_chat_form(logged), chat_template_sha256=_chat_sha256(logged),
                            exemplars=exemplars_of(cell["shots"], None),
                            dtype=_dtype(logged))

@@ -770,6 +770,9 @@ def read(folder: Path, benchmark: str | None = None) -> RunsRead:
 # How each label's tokens are scored in PPL mode, as ``cube explain`` names it.
 LABEL_TOKENS = "each label's whole prompt tokenized (OpenCompass PPL)"
 AGGREGATION = "per dataset (one subject): percent of its predictions correct"
+# its headline for a benchmark of subjects: the summarizer's "cmmlu" and "ceval" groups are the
+# naive_average of the subsets' accuracies (a "-weighted" group is the other, when configured)
+HEADLINE = "macro"
 _OC_FIELD = re.compile(r"(?<!\{)\{(question|A|B|C|D)\}(?!\})")
 
 
@@ -806,7 +809,7 @@ def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Seq
     dtype = next(iter(dtypes)) if len(dtypes) == 1 else None
     if entry is None:
         return ScoringProtocol(IMPORTER_LABEL, None, None, None, normalisation, verdict,
-                               extractor=extractor, aggregation=AGGREGATION, chat_template=chat,
+                               extractor=extractor, aggregation=AGGREGATION, headline=HEADLINE, chat_template=chat,
                                exemplars=exemplars_of(cell["shots"], None), dtype=dtype)
     infer = (entry.get("config") or {}).get("infer_cfg") or {}
     template = (infer.get("prompt_template") or infer.get("ice_template") or {}).get("template")
@@ -823,7 +826,7 @@ def describe(metadata: Mapping[str, Any], cell: Mapping[str, Any], contexts: Seq
     elif entry.get("mode") == "gen":
         prompt = _turns_text(template, int(entry.get("shots") or 0))
     return ScoringProtocol(IMPORTER_LABEL, prompt, prefix, tokenization, normalisation, verdict, decides_as,
-                           extractor=extractor, aggregation=AGGREGATION, chat_template=chat,
+                           extractor=extractor, aggregation=AGGREGATION, headline=HEADLINE, chat_template=chat,
                            exemplars=exemplars_of(cell["shots"], _exemplar_content(infer)), dtype=dtype)
 
 

@@ -526,3 +526,30 @@ def test_two_chat_templates_are_the_same_only_where_both_digests_say_so(tmp_path
     e = explain(side(a, one), side(b, None), B=200)
     assert e.protocol["chat_template"]["status"] == "unknown"
     assert e.factor("chat_template").share == 0 and e.factor("remainder").share == e.gap
+
+
+def test_agg_harness_compares_the_numbers_each_harness_reports(tmp_path):
+    """``agg=harness``: OpenCompass reports a benchmark as the mean of its subjects (its summary's
+    naive_average), cube as the records' mean. The gap is then the one between the two printed
+    numbers, and the aggregation carries what the averaging alone changes."""
+    right = pattern(45)  # micro and macro differ
+    oc = [dict(r, context=f"oc-ppl-{r['subject'][:4]}")
+          for r in outcome_records(shifted(right), scorer="OC-ppl", **TOKENS)]
+    write_records(tmp_path / "oc", table(oc), metadata=opencompass_metadata(SUBJECT_SIZES))
+    cube = store(tmp_path, "cube", outcome_records(right, **TOKENS))
+    e = explained(f"{cube}:scorer=M1-seq,agg=harness", f"{tmp_path / 'oc'}:context=oc-ppl-*,agg=harness")
+    assert (e.aggregation_a, e.aggregation_b) == ("micro", "macro")
+    assert e.score_a == acc(right.values()) and e.score_b == macro(shifted(right))
+    assert e.gap == macro(shifted(right)) - acc(right.values())
+    assert sum((f.share for f in e.factors), Fraction(0)) == e.gap
+    # on A's items (all common) with A's outcomes: micro to macro is the aggregation's share
+    assert e.factor("aggregation").share == macro(right) - acc(right.values()) != 0
+    # the same pair under one aggregation: no aggregation factor
+    assert explained(f"{cube}:scorer=M1-seq", f"{tmp_path / 'oc'}:context=oc-ppl-*").factor("aggregation").share == 0
+
+
+def test_agg_harness_on_a_store_that_does_not_say_is_refused(tmp_path):
+    recs = outcome_records(pattern(44), **TOKENS)
+    write_records(tmp_path / "x", table(recs), metadata={"source": "elsewhere", "elsewhere": {}})
+    with pytest.raises(ConfigError, match=r"agg=harness, but its store does not say how elsewhere averages"):
+        explained(f"{tmp_path / 'x'}:agg=harness", str(tmp_path / "x"))

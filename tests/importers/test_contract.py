@@ -79,6 +79,9 @@ def test_the_committed_imports_say_their_precision_chat_form_and_exemplars():
     assert "{{exemplars}}" in p.prompt and p.text_without_exemplars() == p.full_text().replace("{{exemplars}}", "")
     assert [dtype_name(v) for v in ("torch.bfloat16", "float32", "auto", None)] == ["bfloat16", "float32", None, None]
     assert p.chat_template_sha256 is None and describe(lm, cell).chat_template_sha256 is None  # no template, no digest
+    # the averaging of each harness's own number (agg=harness): OpenCompass's summary is the mean of
+    # its subjects (naive_average), lm-eval's groups weight by size (the records' mean)
+    assert (p.headline, describe(lm, cell).headline) == ("macro", "micro")
 
 
 def test_lm_evals_chat_template_digest_is_the_sha256_of_the_templates_text():
