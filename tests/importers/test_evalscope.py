@@ -231,6 +231,14 @@ def test_the_committed_cmmlu_run_holds_evalscopes_decisions_on_the_24_items():
     for d in meta["subsets"].values():
         rows = [r for r in table if r["scorer"] == ES_SCORER and r["subject"] == d["subject"]]
         assert len(rows) == d["n"] == 1 and float(rows[0]["correct"]) == d["reported"]
+    # its report's totals, checked at import against the records: 4 of 24 overall, and the macro score
+    # the mean of its 5 categories' (each the mean of its subjects', one item each)
+    totals = meta["reported_totals"]["cmmlu"]
+    right = {r["subject"]: float(r["correct"]) for r in table if r["scorer"] == ES_SCORER}
+    assert totals["overall"]["num"] == 24 and totals["overall"]["score"] == round(sum(right.values()) / 24, 4) == 0.1667
+    categories = [v for k, v in totals.items() if k.startswith("category ")]
+    assert len(categories) == 5 and sum(c["num"] for c in categories) == 24
+    assert abs(totals["overall"]["macro_score"] - sum(c["macro_score"] for c in categories) / 5) <= 2e-4
     run = next(iter(meta["runs"].values()))
     bench = run["benchmarks"]["cmmlu"]
     assert run["evalscope_version"] == "1.14.1" and bench["few_shot_num"] == 0 and bench["eval_split"] == "test"
