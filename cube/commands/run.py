@@ -54,9 +54,9 @@ def register(subparsers) -> None:
     p.add_argument("--shots", type=comma_list("--shots", int), default=",".join(map(str, D("shots"))),
                    help=f"comma-separated shot counts, e.g. 0,5 (default {','.join(map(str, D('shots')))})")
     p.add_argument("--cues", "--contexts", dest="contexts", type=comma_list("--cues"),
-                   default=",".join(D("contexts")),
-                   help=f"answer contexts (cues) from templates.yaml (default {','.join(D('contexts'))}); your "
-                        "own: in a copy of the config folder under CUBE_CONFIG_DIR")
+                   help="answer contexts (cues) from templates.yaml (default: the benchmark's own: zh_cue for CMMLU "
+                        "and C-Eval, en_label_space for a file in the English format, else its card's); your "
+                        "own: in a copy of the config folder under CUBE_CONFIG_DIR, or in your file's card")
     p.add_argument("--orders", type=comma_list("--orders"), default=",".join(D("orders")),
                    help=f"option orders, e.g. original,shift1 (default {','.join(D('orders'))})")
     p.add_argument("--chat-template", dest="chat_templates", type=comma_list("--chat-template"),

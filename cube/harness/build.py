@@ -9,6 +9,7 @@ argparse. Apart from ``cube.harness.run_config`` so that the runner can take its
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 from cube.errors import ConfigError
 from cube.harness.run_config import RunConfig, RunSettings
@@ -57,6 +58,8 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
         raise ConfigError(f"--data {config.data} names a registered benchmark's folder; --benchmark {config.benchmark} "
                           "is already your file (drop --data)")
     templates = bench.templates()
+    if config.contexts is None:  # the benchmark's own cues: an English file's "Answer:", never CMMLU's 答案：
+        config = replace(config, contexts=bench.contexts)
     check_contexts(config.contexts, templates)
     chat_template = chat_template_of(model, config)  # a checkpoint without one asked for `model`: one line, here
     label_sets = select_label_sets(list(config.label_sets))

@@ -58,7 +58,9 @@ class RunConfig:
     label_sets: tuple[str, ...] = ("L1_halfwidth",)
     scorers: tuple[str, ...] = ("M1-seq", "M1-strict")
     shots: tuple[int, ...] = (0,)
-    contexts: tuple[str, ...] = ("zh_cue",)
+    # None: the benchmark's own (``Benchmark.contexts``): zh_cue for CMMLU and C-Eval, en_label_space
+    # for a file in the English format, a card's own contexts; resolved by ``build_spec``
+    contexts: tuple[str, ...] | None = None
     orders: tuple[str, ...] = ("original",)
     chat_templates: tuple[str, ...] = ("none",)  # cube.protocol.chat: none (plain text) and/or model
     backend: str = "hf"

@@ -235,3 +235,29 @@ def test_data_beside_a_users_file_is_refused(tmp_path, monkeypatch, capsys):
             "--out", str(tmp_path / "out")]
     assert main(argv) == 2
     assert "names a registered benchmark's folder; --benchmark" in capsys.readouterr().err
+
+
+def test_the_cues_default_to_the_benchmarks_own(tmp_path, benchmarks_root):
+    """Without --cues a run takes its benchmark's own answer contexts: an English file's "Answer:"
+    (en_label_space), a card's own contexts, CMMLU's 答案： (zh_cue); never CMMLU's cue on an English
+    file, as the option's fixed default once gave. The logged command names the cues it ran."""
+    pytest.importorskip("torch")
+    from cube.harness.build import build_spec
+    from cube.harness.run_config import RunConfig
+
+    def contexts(benchmark, **fields):
+        spec = build_spec(RunConfig(model="smollm2-135m-instruct", benchmark=str(benchmark), scorers=("M1-seq",),
+                                    out=tmp_path / "unused", **fields))
+        return {c.context for c in spec.cells}, spec.settings.config.command_line()
+
+    english, command = contexts(FIXTURE / "en", label_sets=("A10_halfwidth",))
+    assert english == {"en_label_space"} and "--cues en_label_space" in command
+    mine = tmp_path / "mine"
+    shutil.copytree(FIXTURE / "en", mine)
+    card = (mine / "card.yaml").read_text(encoding="utf-8")
+    (mine / "card.yaml").write_text(card + 'contexts:\n  choice_cue: {cue: "Choice:", label_prefix: " "}\n',
+                                    encoding="utf-8")
+    assert contexts(mine, label_sets=("A10_halfwidth",))[0] == {"choice_cue"}
+    assert contexts("cmmlu", data=benchmarks_root / "cmmlu", sample=3)[0] == {"zh_cue"}
+    # a given --cues is kept
+    assert contexts(FIXTURE / "en", label_sets=("A10_halfwidth",), contexts=("en_prompt_space",))[0] == {"en_prompt_space"}
