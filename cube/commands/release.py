@@ -155,11 +155,18 @@ def run_audit(args: argparse.Namespace) -> int:
 
 def _benchmark_items(benchmark: str | None, root: Path | None, card: Path | None = None):
     """(where, every item of every split it holds) of ``--benchmark`` (default CMMLU), by the registry."""
-    from cube.protocol.benchmarks import resolve
+    where, items, _ = _benchmark(benchmark, root, card)
+    return where, items
+
+
+def _benchmark(benchmark: str | None, root: Path | None, card: Path | None = None):
+    """(where, its items, the licence notes a bundle adds: a user's file's, from its card)."""
+    from cube.protocol.benchmarks import BENCHMARKS, resolve
 
     bench = resolve(benchmark or "cmmlu", card)
     where = bench.root(root)
-    return where, bench.load(where, bench.present_splits(where))
+    extra = {} if bench.name in BENCHMARKS else {bench.name: bench.licence_note()}
+    return where, bench.load(where, bench.present_splits(where)), extra
 
 
 def _items(root: Path | None, benchmark: str | None = None, card: Path | None = None):
@@ -174,8 +181,9 @@ def run_build(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     prediction = args.prediction if args.prediction is not None else FROZEN_PREDICTION
-    result = build_bundle(args.records, args.out, _items(args.items, args.benchmark, args.card), prediction,
-                          force=args.force, allow_incomplete=args.allow_incomplete)
+    _, items, licences = _benchmark(args.benchmark, args.items, args.card)
+    result = build_bundle(args.records, args.out, items, prediction,
+                          force=args.force, allow_incomplete=args.allow_incomplete, licences=licences)
     s = result.scrub
     print(
         f"bundle {result.bundle} ({result.n_files} files) and {result.tarball}: "

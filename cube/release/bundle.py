@@ -147,6 +147,7 @@ def build_bundle(
     models_config: ModelsConfig | None = None,
     plan: Sequence[Any] | None = None,
     allow_incomplete: bool = False,
+    licences: Mapping[str, Mapping[str, str]] | None = None,
 ) -> BuildResult:
     """Scrub, audit and package a records store as ``out/`` and ``out.tar.gz``.
 
@@ -157,6 +158,9 @@ def build_bundle(
     folder beside ``out`` and renamed into place; on any failure (or Ctrl-C) the temp folder and
     the temp tarball are removed, so no partial bundle is ever left behind. A store with a cell
     short of what its configuration promises (a killed run) is refused unless ``allow_incomplete``.
+    ``licences``: the licence notes of benchmarks the registry does not hold (a user's file: its
+    card's licence and source), listed beside the registered ones, so that a bundle of a user's
+    records names that benchmark's terms, not only CMMLU's and C-Eval's.
     """
     from cube.analysis.confirm import model_families
     from cube.paper.book import load_plan
@@ -204,7 +208,7 @@ def build_bundle(
                                 doc, families),
         "protocols": protocols(table),
         "items": item_counts(table),
-        "benchmark_licences": BENCHMARK_LICENCES,
+        "benchmark_licences": {**BENCHMARK_LICENCES, **{k: dict(v) for k, v in (licences or {}).items()}},
         "records_carry": "uid + qhash only (sha256 of the question, 16 hex digits); "
                          "no question or option text",
         "prediction": {"path": PREDICTION_PATH, "content_sha256": doc["content_sha256"]},

@@ -137,6 +137,12 @@ def test_the_fixture_runs_rescores_explains_and_releases(tmp_path, capsys):
     bundle = tmp_path / "bundle"
     assert main(["release", "build", str(out), "--out", str(bundle), "--benchmark", str(data)]) == 0
     assert "leakage audit clean against 30 items" in capsys.readouterr().out
+    # the bundle names the file's own terms (its card's licence and source) beside the registry's
+    notes = json.loads((bundle / "MANIFEST.json").read_text(encoding="utf-8"))["benchmark_licences"]
+    assert notes["cube_en_fixture"] == {"name": "cube's English fixture (arithmetic, units, geography)",
+                                        "licence": "CC0 1.0 (written for cube's tests)",
+                                        "source": "tests/fixtures/user_benchmark/en"}
+    assert "CC0 1.0 (written for cube's tests)" in (bundle / "README.md").read_text(encoding="utf-8")
     assert main(["release", "verify", str(bundle), "--benchmark", str(data)]) == 0
     capsys.readouterr()
     # a changed answer changes no uid or question hash: the file's sha256 refuses the resume
