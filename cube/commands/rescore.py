@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from cube.commands.options import comma_list, parse_comma_list
 
@@ -62,7 +63,8 @@ def register(subparsers) -> None:
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--items", metavar="BENCHMARK[/SPLITS]",
-                        help="check every qhash against this item set, e.g. cmmlu/test")
+                        help="check every qhash against this item set, e.g. cmmlu/test, or your own file or "
+                             "folder (README: Your benchmark), e.g. runs/quiz.jsonl or runs/quiz/dev,test")
     parser.add_argument("--no-verify", action="store_true",
                         help="skip the sha256 check of each file against the manifest")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -73,6 +75,18 @@ def add_allow_incomplete(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-incomplete", action="store_true",
                         help="read a store whose cells lack shards their configuration promises (a killed "
                              "or unfinished run) instead of refusing it")
+
+
+def items_option(value: str) -> tuple[str, tuple[str, ...]]:
+    """``--items``' (benchmark, splits): a registered name with ``/SPLITS`` (``cmmlu/test``), or a
+    user's file or folder, whole or with ``/SPLITS`` after it; splits comma-separated, default test.
+    A path is told by existing (a name's ``/`` would otherwise cut ``runs/quiz.jsonl`` at ``runs``)."""
+    if Path(value).exists():
+        return value, ("test",)
+    base, sep, splits = value.rpartition("/")
+    if not (sep and Path(base).exists()):
+        base, _, splits = value.partition("/")
+    return base, tuple(s for s in splits.split(",") if s) or ("test",)
 
 
 def load(path: str, args: argparse.Namespace, columns=(), allow_incomplete: bool | None = None):
@@ -86,8 +100,8 @@ def load(path: str, args: argparse.Namespace, columns=(), allow_incomplete: bool
     if args.items:
         from cube.protocol.benchmarks import load_items
 
-        benchmark, _, splits = args.items.partition("/")
-        items = load_items(benchmark, splits=splits or "test")
+        benchmark, splits = items_option(args.items)
+        items = load_items(benchmark, splits=splits)
     if allow_incomplete is None:
         allow_incomplete = bool(getattr(args, "allow_incomplete", False))
     return read_records(path, verify=not args.no_verify, items=items, columns=columns,

@@ -205,3 +205,27 @@ def test_the_help_names_each_slice_option_in_english(capsys):
     out = capsys.readouterr().out
     assert "shotss" not in out and "keep only these shots (comma-separated" in out
     assert "FIELD one of model, scorer, label_set, shots, order, context" in " ".join(out.split())
+
+
+def test_items_checks_the_qhashes_against_a_users_file(run, tmp_path):
+    """``--items PATH[/SPLITS]``: a user's file or folder (README: Your benchmark) is an item set
+    to check against, as a registered name is; a path is not cut at its first '/'."""
+    from cube.commands.rescore import items_option
+    from cube.config import REPO_ROOT
+    from cube.protocol.benchmarks import load_items
+
+    folder = REPO_ROOT / "tests" / "fixtures" / "user_benchmark" / "en"
+    items = load_items(str(folder), splits=("test",))
+    recs = [record(uid=i.uid, qhash=i.qhash, benchmark=i.benchmark, scores=[-0.5, -1.5]) for i in items[:6]]
+    write_records(tmp_path / "mine", table(recs))
+    code, out, err = run(str(tmp_path / "mine"), "--items", str(folder))
+    assert code == 0, err
+    code, _, err = run(str(tmp_path / "mine"), "--items", f"{folder}/dev")  # the test items are not dev's
+    assert code == 2 and "is not in the item set in use" in err
+    recs[0]["qhash"] = "0" * 16  # another question under the same uid
+    write_records(tmp_path / "changed", table(recs))
+    code, _, err = run(str(tmp_path / "changed"), "--items", f"{folder}/dev,test")
+    assert code == 2 and "qhash" in err and len(err.strip().splitlines()) == 1
+    assert items_option("cmmlu/test") == ("cmmlu", ("test",)) and items_option("ceval") == ("ceval", ("test",))
+    assert items_option(str(folder)) == (str(folder), ("test",))
+    assert items_option(f"{folder}/dev,test") == (str(folder), ("dev", "test"))
