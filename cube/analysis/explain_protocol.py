@@ -100,35 +100,37 @@ def describe(manifest: Mapping[str, Any], cell: Mapping[str, Any],
         return ScoringProtocol(str(harness), None, None, None, normalisation, None,
                                extractor=extractor_of(cell["scorer"]), exemplars=exemplars_of(cell["shots"], None))
     prompt, prefix, tokenization = _cube_prompt(cell)
+    digest = _chat_sha256(manifest, cell)
     return ScoringProtocol("cube", prompt, prefix, tokenization, normalisation,
                            _frozen_verdict(frozen_audit, family, cell), extractor=extractor_of(cell["scorer"]),
-                           aggregation=CUBE_AGGREGATION, headline="micro", chat_template=_chat_template(manifest, cell),
-                           chat_template_sha256=_chat_sha256(manifest, cell),
+                           aggregation=CUBE_AGGREGATION, headline="micro", chat_template=_chat_template(cell, digest),
+                           chat_template_sha256=digest,
                            # cube's shots: dev items of the subject, each ending in its answer label
                            exemplars=exemplars_of(cell["shots"], EXEMPLARS_ANSWER))
 
 
-def _chat_template(manifest: Mapping[str, Any], cell: Mapping[str, Any]) -> str:
+def _chat_template(cell: Mapping[str, Any], digest: str | None) -> str:
     """A cube cell's chat form: ``none``, or ``model`` with the digest of the template its store
-    recorded (``cube.harness.runner.cell_configs``)."""
+    recorded (``_chat_sha256``)."""
     from cube.protocol.chat import MODEL_CHAT, split_context
 
     chat = split_context(str(cell["context"]))[1]
     if chat != MODEL_CHAT:
         return chat
-    digest = _chat_sha256(manifest, cell)
     return f"{MODEL_CHAT} (template sha256 {digest[:12]}...)" if digest else MODEL_CHAT
 
 
 def _chat_sha256(manifest: Mapping[str, Any], cell: Mapping[str, Any]) -> str | None:
-    """The digest of the chat template the store recorded for the model's chat cells (one), else None."""
+    """The digest of the chat template the store recorded for the model's chat cells
+    (``cube.harness.runner.cell_configs``), where they record one; None for a plain cell."""
     from cube.protocol.chat import MODEL_CHAT, split_context
 
     if split_context(str(cell["context"]))[1] != MODEL_CHAT:
         return None
     digests = {c.get("chat_template_sha256") for k, c in (manifest.get("cells") or {}).items()
                if k.startswith(f"{cell['model']}/") and c.get("chat_template") == MODEL_CHAT}
-    return next(iter(digests)) if len(digests) == 1 and isinstance(next(iter(digests)), str) else None
+    digest = digests.pop() if len(digests) == 1 else None
+    return digest if isinstance(digest, str) else None
 
 
 def prompt_diff(a: ScoringProtocol, b: ScoringProtocol) -> list[str]:

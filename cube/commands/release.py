@@ -124,7 +124,7 @@ def run_audit(args: argparse.Namespace) -> int:
             raise ConfigError(f"{flag} must be at least 1, got {getattr(args, name)}")
     sources = [(path, *open_parquet(path)) for path in parquet_files(args.records)]
 
-    root, items = _benchmark_items(args.benchmark, args.items, args.card)
+    root, items, _ = _benchmark(args.benchmark, args.items, args.card)
     index = leakage.build_index(
         items,
         window=args.window,
@@ -153,24 +153,16 @@ def run_audit(args: argparse.Namespace) -> int:
     return 1 if n_hits else 0
 
 
-def _benchmark_items(benchmark: str | None, root: Path | None, card: Path | None = None):
-    """(where, every item of every split it holds) of ``--benchmark`` (default CMMLU), by the registry."""
-    where, items, _ = _benchmark(benchmark, root, card)
-    return where, items
-
-
 def _benchmark(benchmark: str | None, root: Path | None, card: Path | None = None):
-    """(where, its items, the licence notes a bundle adds: a user's file's, from its card)."""
+    """(where, every item of every split it holds, the licence notes a bundle adds) of ``--benchmark``
+    (default CMMLU), by the registry; the notes are a user's file's own (its card's), none for a
+    registered benchmark, whose notes every bundle lists."""
     from cube.protocol.benchmarks import BENCHMARKS, resolve
 
     bench = resolve(benchmark or "cmmlu", card)
     where = bench.root(root)
     extra = {} if bench.name in BENCHMARKS else {bench.name: bench.licence_note()}
     return where, bench.load(where, bench.present_splits(where)), extra
-
-
-def _items(root: Path | None, benchmark: str | None = None, card: Path | None = None):
-    return _benchmark_items(benchmark, root, card)[1]
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -203,7 +195,7 @@ def run_verify(args: argparse.Namespace) -> int:
     from cube.release.bundle import verify_bundle
 
     given = args.items is not None or args.benchmark is not None
-    items = _items(args.items, args.benchmark, args.card) if given else None
+    items = _benchmark(args.benchmark, args.items, args.card)[1] if given else None
     report = verify_bundle(args.bundle, items)
     for problem in report.problems:
         print(f"FAIL {problem}")

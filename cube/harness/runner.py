@@ -587,7 +587,7 @@ def clean_temp_files(spec: RunSpec, out: Path) -> list[Path]:
     return removed
 
 
-def job_groups(jobs: list[Job], planned: list[Job] | None = None,
+def job_groups(jobs: list[Job], planned: list[Job],
                unfinished: frozenset[str] = frozenset()) -> list[tuple[list[Job], list[bool]]]:
     """The scoring jobs of each chunk of items together (one ``score`` call each), chunk by chunk;
     then each generation job alone; each job with whether its shard is to be written.
@@ -607,7 +607,7 @@ def job_groups(jobs: list[Job], planned: list[Job] | None = None,
             scoring.setdefault(job.chunk, []).append(job)
         else:
             generation.append(([job], [True]))
-    if planned is not None and unfinished:
+    if unfinished:
         for chunk in scoring:
             scoring[chunk] = [j for j in planned if j.chunk == chunk and j.kind in SCORING_WORK
                               and (j.filename in pending or j.filename in unfinished)]

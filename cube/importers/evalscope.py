@@ -535,7 +535,7 @@ def read(folder: Path, benchmark: str | None = None) -> RunsRead:
 
 AGGREGATION = "per subset: the mean of its samples' accuracy; a benchmark's as its report weights subsets"
 # its headline: the report's "score" weights each subset by its samples, the records' mean (its
-# "macro_score", also reported, is the mean of subsets; both reproduced at import)
+# "macro_score", also reported, is the mean of its categories' scores; both reproduced at import)
 HEADLINE = "micro"
 _FIELD = re.compile(r"(?<!\{)\{(question|subject|choices|letters)\}(?!\})")
 
