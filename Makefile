@@ -87,7 +87,7 @@ PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
 # in this one process, TEST_WORKERS=N in N.
 TEST_WORKERS ?= auto
 UNIT_TESTS = $(PYTEST) -n $(TEST_WORKERS) --dist loadfile --ignore=tests/paper/test_book_site.py
-BOOK_TESTS = $(PYTEST) --nbval-lax book/_executed/*.ipynb && \
+BOOK_TESTS = $(PYTEST) --nbval-lax book/_executed/*.ipynb book/_report/*.ipynb && \
 	CUBE_REQUIRE_BOOK=1 $(PYTEST) tests/paper/test_book_site.py
 
 # The whole suite: unit and integration tests, the executed notebooks (nbval) and the built site

@@ -35,6 +35,7 @@ COMMAND_MODULES = [
     "cube.commands.smoke",
     "cube.commands.import_run",
     "cube.commands.explain",
+    "cube.commands.report",
 ]
 
 

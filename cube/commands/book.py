@@ -170,4 +170,28 @@ def run_build(args: argparse.Namespace) -> int:
         print(f"cube: jupyter-book build failed (exit {proc.returncode}) after {seconds:.1f} s", file=sys.stderr)
         return 1
     print(f"built {shown(html_dir(args.out).resolve())}/index.html in {seconds:.1f} s")
+    example = build_example_report(html_dir(args.out))
+    if example is not None:
+        print(f"built the example report {shown(example)} from the archived records")
     return 0
+
+
+EXAMPLE_REPORT = "report"  # the book's example `cube report`, at <site>/report/ (book/reproduce.md links it)
+EXAMPLE_NOTEBOOKS = "book/_report"  # its executed pages and report.json, for nbval in `make test`
+
+
+def build_example_report(site):
+    """``cube report data/records`` into the site, so the book links a report a reader can open:
+    the archived records' analysis by the same code a user's store gets."""
+    from cube.config import REPO_ROOT
+    from cube.report.analysis import analyse
+    from cube.report.site import build_report
+
+    records = REPO_ROOT / "data" / "records"
+    if not (records / "MANIFEST.json").is_file():
+        return None
+    import contextlib
+
+    with contextlib.chdir(REPO_ROOT):  # the pages name the store as a reader's clone does: data/records
+        analysis = analyse(["data/records"], title="Example report: the archived records")
+        return build_report(analysis, Path(site).resolve() / EXAMPLE_REPORT, keep=REPO_ROOT / EXAMPLE_NOTEBOOKS)

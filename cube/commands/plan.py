@@ -225,5 +225,5 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"job {job.index:>4} {job.model} {cells} ({job.items} items): {problem or 'complete'}")
     bad = [i for i, problem in enumerate(states) if problem]
     print(f"{len(plan.jobs) - len(bad)} of {len(plan.jobs)} jobs complete"
-          + (f"; rerun: {rerun_hint(args.plan, bad)}" if bad else "; merge: cube merge OUT --plan " + str(args.plan)))
+          + (f"; rerun: {rerun_hint(args.plan, bad)}" if bad else f"; merge: cube merge OUT --plan {args.plan}, then report: cube report OUT --out OUT-report"))
     return 1 if bad else 0

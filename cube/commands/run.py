@@ -95,7 +95,23 @@ def register(subparsers) -> None:
     served.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
     served.add_argument("--concurrency", type=int, help="requests in flight at once (default 4)")
     served.add_argument("--request-timeout", type=float, metavar="S", help="seconds per request (default 120)")
+    p.add_argument("--report", type=Path, default=None, metavar="DIR",
+                   help="after the run, build `cube report` of the store into DIR (an offline site)")
     p.set_defaults(func=run)
+
+
+def finish(out: Path, report: Path | None) -> None:
+    """After the scores: the report built (``--report``), else the command that builds it."""
+    from cube.commands.report import report_command
+
+    if report is None:
+        print(f"report: {report_command(out)}")
+        return
+    from cube.report.analysis import analyse
+    from cube.report.site import build_report
+
+    analysis = analyse([out])
+    print(f"report: {build_report(analysis, report)}")
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -162,6 +178,10 @@ def run(args: argparse.Namespace) -> int:
     from cube.tokenizers.audit import format_run_audit
 
     check_out(args.out)
+    if args.report is not None:
+        from cube.report.site import check_out as check_report_out
+
+        check_report_out(args.report)
     config = RunConfig.from_cli(args)  # the arguments, checked once, as one typed object
     model = model_of(config)  # a SPEC parsed, or the server behind --base-url asked for its models
     spec = build(config, model)  # every setting is checked, every prompt tried, every cell audited: before a model loads
@@ -182,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         if not plan.todo:
             print_scores(config.out, spec)
+            finish(config.out, args.report)
             return 0
         from cube.harness.backends import open_backend
 
@@ -198,4 +219,5 @@ def run(args: argparse.Namespace) -> int:
               f"read, {backend.client.retried} retries" + (f"; generations' finish reasons: {reasons}" if reasons else ""),
               file=sys.stderr)
     print_scores(config.out, spec)
+    finish(config.out, args.report)
     return 0
