@@ -59,7 +59,9 @@ lmeval-env:
 # and tests/importers/test_opencompass.py runs it where it exists (not a test prerequisite).
 .PHONY: opencompass-env slurm-env
 # Slurm and munge (Debian) for the plan's test on a one-node cluster (tests/harness/test_plan_slurm.py).
-slurm-env:
+# After system-deps: both install Debian packages, and two apt-get at once fail on dpkg's lock
+# (make -j in `make test` ran them side by side on a machine missing both).
+slurm-env: system-deps
 	scripts/slurm_local.sh install
 opencompass-env:
 	scripts/install_opencompass_env.sh
