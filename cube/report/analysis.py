@@ -148,8 +148,10 @@ def _cell_scores(store: LoadedStore) -> tuple[list[CellScore], np.ndarray, list[
     chance = np.bincount(ids, weights=chance_per_record(table), minlength=len(keys)) / n
     rows = {tuple(r[c] for c in CELL_COLUMNS): r
             for r in rescore(table, level="overall").rows.to_pylist() if r["aggregation"] == "micro"}
-    dtype_ids, dtype_keys = group_ids(table.select(["dtype"]).append_column("cell", pa.array(ids)),
-                                      ("cell", "dtype")) if "dtype" in table.column_names else (None, [])
+    dtype_keys = []
+    if "dtype" in table.column_names:  # null: not recorded (an import that does not say)
+        dtype = pc.fill_null(table.column("dtype"), "not recorded")
+        _, dtype_keys = group_ids(pa.table({"cell": pa.array(ids), "dtype": dtype}), ("cell", "dtype"))
     dtypes: dict[int, set[str]] = {}
     for cell, value in dtype_keys:
         dtypes.setdefault(int(cell), set()).add(value if value is not None else "not recorded")
@@ -388,8 +390,10 @@ def calibration_section(cells: Sequence[CellScore], slices: Callable[[CellScore]
         table = slices(cell)
         if "probs" not in table.column_names or table.num_rows < 2:
             continue
+        if np.isnan(list_matrix(table, "scores")).any():  # a generation (an import's too): no option scores
+            continue
         probs = list_matrix(table, "probs").astype(np.float64)
-        probs = probs / probs.sum(axis=1, keepdims=True)
+        probs = probs / probs.sum(axis=1, keepdims=True)  # float32 storage rounding, as rescore's calibration
         gold = table.column("gold").to_numpy().astype(np.int64)
         interval = ece_interval(probs, gold, replicates=replicates, seed=seed)
         bins = reliability_table(probs, gold)
