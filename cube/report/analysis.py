@@ -573,9 +573,18 @@ def analyse(paths: Sequence[str | Path], *, title: str | None = None, reference:
         cells += mine
     chosen = choose_reference(cells, given)
 
+    cache: dict[tuple, pa.Table] = {}
+
     def slices(cell: CellScore) -> pa.Table:
-        store, index = rows[(cell.store, cell.model, cell.name, cell.benchmark)]
-        return store.table.take(pa.array(index))
+        """A cell's records: a zero-copy slice where its rows lie together (a store's shards
+        hold one cell each), else gathered; once per cell."""
+        key = (cell.store, cell.model, cell.name, cell.benchmark)
+        if key not in cache:
+            store, index = rows[key]
+            contiguous = index.size and index[-1] - index[0] + 1 == index.size and (np.diff(index) == 1).all()
+            cache[key] = (store.table.slice(int(index[0]), int(index.size)) if contiguous
+                          else store.table.take(pa.array(index)))
+        return cache[key]
 
     cells_of: dict[str, list[CellScore]] = {}
     for c in cells:

@@ -148,9 +148,9 @@ def sensitivity_chart(a: ReportAnalysis, model: str):
         title=f"{model}: each cell against the reference").resolve_scale(y="independent")
 
 
-def calibration_table(a: ReportAnalysis) -> str:
-    rows = [[c.model, c.cell, c.n, f"{c.ece:.3f} [{c.ece_lo:.3f}, {c.ece_hi:.3f}]"] for c in a.calibration]
-    return html_table(["model", "cell", "n", "ECE [95% bootstrap]"], rows)
+def calibration_table(a: ReportAnalysis, model: str) -> str:
+    rows = [[c.cell, c.n, f"{c.ece:.3f} [{c.ece_lo:.3f}, {c.ece_hi:.3f}]"] for c in a.calibration if c.model == model]
+    return html_table(["cell", "n", "ECE [95% bootstrap]"], rows)
 
 
 def reliability_chart(a: ReportAnalysis, model: str):

@@ -33,9 +33,10 @@ from cube.paper.book import HTML_DIR
 SCREENSHOTS = REPO_ROOT / "build" / "screenshots"
 REQUIRED = os.environ.get("CUBE_REQUIRE_BOOK") == "1"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-# Sphinx templates copied into _static are not pages.
-BUILT = sorted(p.relative_to(HTML_DIR).as_posix() for p in HTML_DIR.rglob("*.html")
-               if not p.relative_to(HTML_DIR).parts[0].startswith("_")) if HTML_DIR.is_dir() else []
+# Sphinx templates copied into _static are not pages (the book's, and the example report's in report/).
+BUILT = (sorted(p.relative_to(HTML_DIR).as_posix() for p in HTML_DIR.rglob("*.html")
+               if not any(part.startswith("_") and part != "_executed" for part in p.relative_to(HTML_DIR).parts))
+         if HTML_DIR.is_dir() else [])
 REFRESH = re.compile(r"""<meta\s+http-equiv=["']refresh["']\s+content=["']0;\s*url=([^"']+)["']""", re.IGNORECASE)
 
 
