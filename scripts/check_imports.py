@@ -32,6 +32,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("harness", ("cube.harness", "cube.importers")),
     ("analysis", ("cube.analysis",)),
     ("paper", ("cube.paper",)),
+    ("report", ("cube.report",)),
     ("release", ("cube.release",)),
     ("commands", ("cube.commands", "cube.cli", "cube.__main__")),
 )

@@ -510,3 +510,21 @@ def report_json(report: ConfirmationReport, effects: Sequence[TieBreakEffect]) -
         ],
     }
 
+
+def run_audit_prediction(records: str | Path) -> tuple[dict, dict[str, str]]:
+    """(prediction, model -> family) from the audits the store's run logs carry: each model is its
+    own family, predicted by the audit ``cube run`` made before it loaded the weights."""
+    from cube.errors import ConfigError
+    from cube.harness.run_config import RunSettings
+    from cube.records.provenance import read_run_logs
+    from cube.tokenizers.audit import run_prediction
+
+    logged: dict[str, list[dict]] = {}
+    for entry in read_run_logs(records):
+        audit = RunSettings.from_log(entry).audit  # older lines, from before runs audited, have none
+        if audit:
+            logged.setdefault(entry["model"], []).extend(audit)
+    if not logged:
+        raise ConfigError(f"{records}: no run log carries an audit (runs before cube audited them); "
+                          "use --prediction with a frozen audit")
+    return run_prediction(logged), {model: model for model in logged}

@@ -39,25 +39,6 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def run_audit_prediction(records) -> tuple[dict, dict[str, str]]:
-    """(prediction, model -> family) from the audits the store's run logs carry: each model is its
-    own family, predicted by the audit ``cube run`` made before it loaded the weights."""
-    from cube.errors import ConfigError
-    from cube.harness.run_config import RunSettings
-    from cube.records.provenance import read_run_logs
-    from cube.tokenizers.audit import run_prediction
-
-    logged: dict[str, list[dict]] = {}
-    for entry in read_run_logs(records):
-        audit = RunSettings.from_log(entry).audit  # older lines, from before runs audited, have none
-        if audit:
-            logged.setdefault(entry["model"], []).extend(audit)
-    if not logged:
-        raise ConfigError(f"{records}: no run log carries an audit (runs before cube audited them); "
-                          "use --prediction with a frozen audit")
-    return run_prediction(logged), {model: model for model in logged}
-
-
 def nothing_predicted(records, report, prediction, families) -> str:
     """Why none of a store's cells has a prediction to check, and what to give so one has."""
     from cube.analysis.confirm import predicted_cells
@@ -102,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     for warning in incomplete:
         print(warning, file=sys.stderr)
     if args.run_audit:
+        from cube.analysis.confirm import run_audit_prediction
+
         prediction, families = run_audit_prediction(args.records)
         families.update(extra)
     else:

@@ -360,7 +360,7 @@ def audit_section(stores: Sequence[LoadedStore]) -> tuple[list[AuditCell], str]:
         strict = strict.set_column(strict.column_names.index("model"), "model",
                                    pa.array([store.renamed[m] for m in strict.column("model").to_pylist()]))
         try:
-            from cube.commands.confirm import run_audit_prediction
+            from cube.analysis.confirm import run_audit_prediction
 
             prediction, families = run_audit_prediction(store.path)
             sources.add("the audit each run made of its own tokenizer before the weights loaded (run log)")

@@ -20,6 +20,7 @@ from cube.report.model import read_analysis
 RECORDS = REPO_ROOT / "data" / "records"
 HARNESS = REPO_ROOT / "data" / "harnesses" / "cube-smollm2-24"
 EVALSCOPE = REPO_ROOT / "data" / "imported" / "evalscope-smollm2"
+INSPECT = REPO_ROOT / "data" / "imported" / "inspect-smollm2"
 
 
 @pytest.fixture(scope="module")
@@ -91,17 +92,18 @@ def test_the_analysis_reads_back_from_its_json_unchanged(archived, tmp_path):
         read_analysis(path)
 
 
-def test_a_cube_run_and_an_evalscope_import_of_one_model_get_explains_gap(capsys):
-    a = analyse([HARNESS, EVALSCOPE], replicates=100)
+@pytest.mark.parametrize(("imported", "label"), [(EVALSCOPE, "EvalScope"), (INSPECT, "inspect_ai")])
+def test_a_cube_run_and_an_import_of_one_model_get_explains_gap(capsys, imported, label):
+    a = analyse([HARNESS, imported], replicates=100)
     assert len(a.harness_gaps) == 1
     gap = a.harness_gaps[0]
-    assert gap.side_a.startswith("cube: ") and gap.side_b.startswith("EvalScope: ")
+    assert gap.side_a.startswith("cube: ") and gap.side_b.startswith(f"{label}: ")
     # the same numbers cube explain prints for those two cells
     cell_a = next(c for c in a.cells if c.store == str(HARNESS) and gap.side_a.endswith(c.name))
-    cell_b = next(c for c in a.cells if c.store == str(EVALSCOPE) and gap.side_b.endswith(c.name))
+    cell_b = next(c for c in a.cells if c.store == str(imported) and gap.side_b.endswith(c.name))
     capsys.readouterr()
     assert main(["explain", f"{HARNESS}:scorer={cell_a.scorer},label_set={cell_a.label_set},context={cell_a.cue}",
-                 f"{EVALSCOPE}:scorer={cell_b.scorer},label_set={cell_b.label_set},context={cell_b.cue}",
+                 f"{imported}:scorer={cell_b.scorer},label_set={cell_b.label_set},context={cell_b.cue}",
                  "--json", "--bootstrap", "200"]) == 0
     explained = json.loads(capsys.readouterr().out)
     assert gap.n_common == explained["items"]["both"]
@@ -109,7 +111,7 @@ def test_a_cube_run_and_an_evalscope_import_of_one_model_get_explains_gap(capsys
     assert gap.score_a == pytest.approx(explained["a"]["score"]["value"])
     # the import's model is kept apart from cube's (one store each), never pooled
     assert {c.model for c in a.cells} == {"smollm2-135m-instruct",
-                                         "smollm2-135m-instruct (EvalScope, evalscope-smollm2)"}
+                                         f"smollm2-135m-instruct ({label}, {imported.name})"}
 
 
 def test_a_store_without_the_cells_gets_one_line_per_missing_section():

@@ -74,3 +74,19 @@ def test_a_second_report_replaces_the_first_and_prints_its_summary(user_store, c
     assert "Again" in (site / "index.html").read_text(encoding="utf-8")
     leftovers = [p for p in site.parent.iterdir() if p.name.startswith(".cube-report-")]
     assert not leftovers, "a finished build leaves no temporary folder"
+
+
+def test_a_merge_of_two_shard_stores_reports_every_item(tmp_path):
+    pytest.importorskip("torch")
+    common = ["run", "--model", "smollm2-135m-instruct", "--benchmark", str(FIXTURE), "--label-sets",
+              "A10_halfwidth", "--scorers", "M1-seq"]
+    shards = [tmp_path / f"shard{k}" for k in range(2)]
+    for k, out in enumerate(shards):
+        assert main([*common, "--shard", f"{k}/2", "--out", str(out)]) == 0
+    merged = tmp_path / "merged"
+    assert main(["merge", str(merged), *map(str, shards)]) == 0
+    a = analyse([merged], replicates=50)
+    with FIXTURE.open(encoding="utf-8") as f:
+        n_items = len(list(csv.DictReader(f)))
+    assert [c.n for c in a.cells] == [n_items]
+    assert a.provenance[0].commands and "sensitivity" in a.missing
