@@ -90,3 +90,18 @@ def test_a_merge_of_two_shard_stores_reports_every_item(tmp_path):
         n_items = len(list(csv.DictReader(f)))
     assert [c.n for c in a.cells] == [n_items]
     assert a.provenance[0].commands and "sensitivity" in a.missing
+
+
+def test_show_items_quotes_the_flipped_items_from_the_local_file_and_says_so(user_store):
+    out, _ = user_store
+    a = analyse([out], replicates=50, show_items=str(FIXTURE))
+    assert a.show_items and a.flips
+    with FIXTURE.open(encoding="utf-8") as f:
+        questions = {row["question"] for row in csv.DictReader(f)}
+    texts = [x.text for f in a.flips for x in f.items]
+    assert texts and all(t in questions for t in texts)
+    from cube.report.render import banners
+
+    assert "Do not publish it" in banners(a)
+    plain = analyse([out], replicates=50)
+    assert all(x.text is None for f in plain.flips for x in f.items)
