@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -114,16 +113,30 @@ def write_project(analysis: ReportAnalysis, project: Path) -> None:
     write_vega_bundle(static)
 
 
-def execute_pages(project: Path, workers: int = 2) -> list[Path]:
-    """Every page executed (two kernels at a time: the pages only render, so they are light)."""
+def _execute_or_say(page: str, project: Path) -> str | None:
+    """``_execute`` in a worker process: None, or the one line saying where the page failed (an
+    exception of papermill's does not cross a process boundary whole)."""
     from papermill.exceptions import PapermillExecutionError
 
     try:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(lambda page: _execute(page, project), PAGES))
+        _execute(page, project)
     except PapermillExecutionError as exc:
         evalue = (exc.evalue or "").splitlines()[0] if exc.evalue else ""
-        raise CubeError(f"report page failed in cell {exc.exec_count}: {exc.ename}: {evalue}") from None
+        return f"report page {page} failed in cell {exc.exec_count}: {exc.ename}: {evalue}"
+    return None
+
+
+def execute_pages(project: Path, workers: int = 2) -> None:
+    """Every page executed, two at a time in worker processes: papermill changes the process's
+    working folder for each notebook, so two in one process (threads) would leave it in the
+    other's (a build folder that is then removed)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        failed = [line for line in pool.map(_execute_or_say, PAGES, [project] * len(PAGES)) if line]
+    if failed:
+        raise CubeError(failed[0])
 
 
 def build_site(project: Path) -> Path:

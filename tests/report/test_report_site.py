@@ -68,7 +68,9 @@ def test_run_report_builds_every_page_offline(user_store, capsys):
 def test_a_second_report_replaces_the_first_and_prints_its_summary(user_store, capsys, tmp_path):
     out, site = user_store
     capsys.readouterr()
+    before = Path.cwd()
     assert main(["report", str(out), "--out", str(site), "--title", "Again"]) == 0
+    assert Path.cwd() == before and before.is_dir()  # papermill's chdir stays in its worker processes
     printed = capsys.readouterr().out
     assert "smollm2-135m-instruct: across" in printed and f"report: {site.resolve() / 'index.html'}" in printed
     assert "Again" in (site / "index.html").read_text(encoding="utf-8")
@@ -76,13 +78,15 @@ def test_a_second_report_replaces_the_first_and_prints_its_summary(user_store, c
     assert not leftovers, "a finished build leaves no temporary folder"
 
 
-def test_a_merge_of_two_shard_stores_reports_every_item(tmp_path):
+def test_a_merge_of_two_shard_stores_reports_every_item(tmp_path, capsys):
     pytest.importorskip("torch")
     common = ["run", "--model", "smollm2-135m-instruct", "--benchmark", str(FIXTURE), "--label-sets",
               "A10_halfwidth", "--scorers", "M1-seq"]
     shards = [tmp_path / f"shard{k}" for k in range(2)]
     for k, out in enumerate(shards):
+        capsys.readouterr()
         assert main([*common, "--shard", f"{k}/2", "--out", str(out)]) == 0
+        assert f"report: cube report {out} --out {out}-report" in capsys.readouterr().out
     merged = tmp_path / "merged"
     assert main(["merge", str(merged), *map(str, shards)]) == 0
     a = analyse([merged], replicates=50)
