@@ -119,12 +119,20 @@ def records(store: Path):
 def test_merged_plan_equals_the_single_process_run(ran_plan, tmp_path):
     status = cube("plan", "status", str(ran_plan / "plan"))
     assert "2 of 2 jobs complete" in status.stdout
+    assert "then report: cube report OUT --out OUT-report" in status.stdout
     cube("merge", str(tmp_path / "merged"), "--plan", str(ran_plan / "plan"))
     assert records(tmp_path / "merged") == records(ran_plan / "single")
     merged = json.loads((tmp_path / "merged" / "MANIFEST.json").read_text())
     single = json.loads((ran_plan / "single" / "MANIFEST.json").read_text())
     assert merged["files"] == single["files"]  # the same shard files, byte for byte (sha256)
     assert merged["cells"] == single["cells"]
+    # the merged plan's report is the single run's, number for number
+    from dataclasses import replace
+
+    from cube.report import analyse
+
+    assert analyse([tmp_path / "merged"], replicates=50).cells == [
+        replace(c, store=str(tmp_path / "merged")) for c in analyse([ran_plan / "single"], replicates=50).cells]
 
 
 def copy_plan(ran_plan: Path, tmp_path: Path) -> Path:
