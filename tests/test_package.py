@@ -102,6 +102,18 @@ def test_installed_smoke_and_rescore_on_the_packaged_sample(installed):
     assert "WARNING: tie-breaks decide 100.0% (67/67)" in rescore.stdout
 
 
+def test_installed_report_builds_a_site_from_the_packaged_pages(installed):
+    """cube report needs its pages and the book's stylesheet and scripts: the wheel ships them."""
+    bin_dir, env, away = installed
+    sample = _run([bin_dir / "python", "-c", "from cube.config import SAMPLE_RECORDS; print(SAMPLE_RECORDS)"],
+                  away, env).stdout.strip()
+    env = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}  # jupyter-book
+    report = _run([bin_dir / "cube", "report", sample, "--out", away / "report"], away, env)
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "smollm2-135m-instruct: across" in report.stdout
+    assert (away / "report" / "index.html").is_file() and (away / "report" / "_static" / "cube.css").is_file()
+
+
 def test_cube_config_dir_overrides_the_packaged_config(installed, tmp_path):
     """A user's own study: a copy of the shipped config with a label set of their own."""
     bin_dir, env, away = installed
