@@ -263,8 +263,8 @@ def _level_cell(cells: Sequence[CellScore], reference: Mapping[str, str], dim: s
     return (candidates[0], tuple(relaxed)) if len(candidates) == 1 else (None, ())
 
 
-def compare(stores: Sequence[LoadedStore], cells_of: Mapping[str, list[CellScore]],
-            slices: Callable[[CellScore], pa.Table], reference: Mapping[str, str]
+def compare(cells_of: Mapping[str, list[CellScore]], slices: Callable[[CellScore], pa.Table],
+            reference: Mapping[str, str]
             ) -> tuple[list[Comparison], list[RefusedComparison]]:
     """Every dimension's levels against the reference level, per model, paired on the items; p
     Holm-adjusted over all of them (the report's whole family of tests)."""
@@ -418,7 +418,7 @@ def group_section(references: Sequence[CellScore], slices: Callable[[CellScore],
                 continue
             out += [GroupScore(cell.model, level, str(r["group"]), int(r["n"]), float(r["accuracy"]),
                                float(r["ci_lo"]), float(r["ci_hi"]))
-                    for r in rows if r["aggregation"] in ("pooled", "micro", "subject") or level == "subject"]
+                    for r in rows if r["aggregation"] in ("pooled", "micro")]
     return out, note
 
 
@@ -589,7 +589,7 @@ def analyse(paths: Sequence[str | Path], *, title: str | None = None, reference:
     cells_of: dict[str, list[CellScore]] = {}
     for c in cells:
         cells_of.setdefault(c.model, []).append(c)
-    comparisons, refused = compare(stores, cells_of, slices, chosen)
+    comparisons, refused = compare(cells_of, slices, chosen)
     ranges = scorer_ranges(cells_of, chosen)
     references = [next(c for c in cs if _matches(c, chosen)) for cs in cells_of.values()
                   if any(_matches(c, chosen) for c in cs)]

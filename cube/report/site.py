@@ -39,9 +39,6 @@ def check_out(out: str | Path) -> Path:
         if any(out.iterdir()) and not (out / MARKER).is_file():
             raise ConfigError(f"--out {out}: a folder that holds files and is not a cube report; give a new or "
                               "empty folder (cube replaces only an earlier report)")
-    for store in ("MANIFEST.json",):
-        if (out / store).exists():
-            raise ConfigError(f"--out {out} is a records store; give a folder of its own for the report")
     return out
 
 
