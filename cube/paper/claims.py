@@ -821,9 +821,13 @@ def whitespace_ece(result: PaperResult, ratios: Sequence[CalibrationRatio], n_it
 
 def _precision_note(precision: str) -> str:
     """What a paired figure's text adds about its precision: nothing for one recorded precision,
-    the re-run side or the mix otherwise (``cube.analysis.rescore.check_one_precision``)."""
+    the re-run side otherwise (``cube.analysis.rescore.check_one_precision``). A pair of two
+    precisions is refused, not marked: no page prints one (issue 47)."""
     if precision.startswith("mixed"):
-        return f" [{precision} precision, compared anyway]"
+        from cube.errors import PrecisionMismatch
+
+        raise PrecisionMismatch(f"a verdict pairs two precisions ({precision}): pair the one-precision rerun of "
+                                "one side (cube.paper.evidence.one_precision_pair) instead")
     if "re-run" in precision:
         return f" [{precision}]"
     return ""

@@ -82,6 +82,15 @@ def _aligned(a: pa.Table, b: pa.Table, allow_mixed_precision: bool = False,
     return take(a), take(b), precision
 
 
+def one_precision_pair(a: pa.Table, b: pa.Table, reruns: pa.Table | None = None) -> tuple[pa.Table, pa.Table, str]:
+    """Two one-cell slices on their common items in one precision, for a page that shows their
+    pair: where the two were scored in two precisions and ``reruns`` holds one side re-scored in
+    the other's precision, that rerun takes its side's place; where none does, the pair is
+    refused (:class:`cube.errors.PrecisionMismatch`), never compared anyway. Issue 47: a page
+    printed the 1.5B's bf16 side against its fp32 side while the paper page paired the rerun."""
+    return _aligned(a, b, allow_mixed_precision=False, reruns=reruns)
+
+
 def reference_accuracy(table: pa.Table, protocol: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
     """Model -> (correct, n) under one protocol: the accuracy a flagged cell is judged against."""
     rows = select(table, **protocol)

@@ -10,9 +10,22 @@ import html
 from collections.abc import Iterable
 from typing import Any
 
+from cube.analysis.rescore import MIXED_PRECISION
+from cube.errors import PrecisionMismatch
+
 
 def html_table(header: list[str], rows: Iterable[Iterable[Any]]) -> str:
-    """An escaped HTML table, for glueing tables into the prose (cross-page glue takes HTML)."""
+    """An escaped HTML table, for glueing tables into the prose (cross-page glue takes HTML).
+
+    A cell that says a pair was compared in two precisions (``check_one_precision``'s "mixed: A
+    …, B …") is refused: no page of the book prints a mixed pair, it pairs a one-precision rerun
+    or nothing (issue 47)."""
+    rows = [list(row) for row in rows]
+    for row in rows:
+        for value in row:
+            if str(value).startswith(MIXED_PRECISION):
+                raise PrecisionMismatch(f"a table cell pairs two precisions ({value!r}): pair the one-precision "
+                                        "rerun of one side (cube.paper.evidence.one_precision_pair) instead")
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
     body = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in rows)
     # The table scrolls inside its own box (book/static/cube.css) rather than widen the page;

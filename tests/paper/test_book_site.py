@@ -103,6 +103,18 @@ def test_no_page_or_stylesheet_fetches_an_external_url(site):
     assert not offending, "external URLs needed to render:\n" + "\n".join(offending[:20])
 
 
+MIXED_PAIR = re.compile(r"mixed: A \w+, B \w+|compared anyway")
+
+
+def test_no_page_pairs_two_precisions(site):
+    """Issue 47: the Results page's claim-6 "tokenized apart" table and its appendix page printed
+    the 1.5B's bf16 side against its fp32 side ("mixed: A bfloat16, B float32", "compared
+    anyway") beside the paper page's one-precision rerun. Every page pairs one precision."""
+    offending = [f"{page}: {m.group(0)}" for page in BUILT
+                 for m in MIXED_PAIR.finditer((site / page).read_text(encoding="utf-8"))]
+    assert not offending, "pages pairing two precisions:\n" + "\n".join(offending[:20])
+
+
 def test_redirect_stubs_forward_to_rendered_pages(site):
     assert STUBS.get("index.html") == "book/intro.html"
     assert all(target in PAGES for target in STUBS.values())

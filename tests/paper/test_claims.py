@@ -431,3 +431,15 @@ def test_the_abstracts_list_of_what_did_not_reproduce_groups_by_verdict():
             P.Row(r, P.Reproduction("v", P.Scale(), True), "reproduced")]
     assert P.not_reproduced_text(rows) == (f"no power at this scale (1): {r.result}. "
                                            f"not reproducible here (1): {r.result}")
+
+
+def test_a_verdict_over_a_pair_of_two_precisions_is_refused_not_marked():
+    """Issue 47: a figure "[mixed: A bfloat16, B float32 precision, compared anyway]" was printed;
+    a verdict now pairs a one-precision rerun or refuses."""
+    from cube.errors import PrecisionMismatch
+
+    mixed = replace(ws("a", 0.01, 1, 0.2), precision="mixed: A bfloat16, B float32")
+    with pytest.raises(PrecisionMismatch, match="pairs two precisions"):
+        P.whitespace_accuracy(PAPER.result("whitespace_accuracy"), [mixed], 600)
+    rerun = replace(mixed, precision="float32 (side B re-run)")
+    assert "[float32 (side B re-run)]" in P.whitespace_accuracy(PAPER.result("whitespace_accuracy"), [rerun], 600).value

@@ -17,3 +17,18 @@ def test_html_table_lets_only_long_tokens_break_inside_a_word():
     assert table.count('<td class="cube-long">') == 2 and "<td>L4_circled</td>" in table and "<td>600</td>" in table
     css = (REPO_ROOT / "book" / "static" / "cube.css").read_text(encoding="utf-8")
     assert "td.cube-long" in css and "overflow-x: auto" in css
+
+
+def test_html_table_refuses_a_pair_of_two_precisions():
+    """Issue 47: the claim-6 page printed "mixed: A bfloat16, B float32" in its precision column
+    (compared anyway); the renderer now refuses such a table instead of marking it."""
+    import pytest
+
+    from cube.analysis.rescore import check_one_precision
+    from cube.errors import PrecisionMismatch
+    from tests.record_tables import slice_in
+
+    mixed = check_one_precision(slice_in("bfloat16", "a"), slice_in("float32", "b"), allow_mixed_precision=True)
+    with pytest.raises(PrecisionMismatch, match="pairs two precisions"):
+        html_table(["model", "precision"], [("m1", mixed)])
+    assert "<td>float32 (side B re-run)</td>" in html_table(["model", "precision"], [("m1", "float32 (side B re-run)")])
