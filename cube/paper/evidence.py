@@ -187,11 +187,13 @@ def cot_comparisons(table: pa.Table, extractors: Sequence[str] = ("M6-strict", "
             ca, cb = a.column("correct").to_numpy(), b.column("correct").to_numpy()
             test = mcnemar_exact(cb, ca)
             fail = float(b.column("parse_failed").to_numpy().mean())
+            # schema-2 records say which generations hit the length limit; older ones do not
+            truncation = "finish_reason" in b.column_names and b.column("finish_reason").null_count < b.num_rows
             raw.append((model, extractor, int(ca.size), float(ca.mean()), float(cb.mean()), test.p_value, fail, precision,
-                        int(test.b + test.c)))
+                        int(test.b + test.c), truncation))
     holm = holm_adjust([r[5] for r in raw])
-    return [CotComparison(m, e, n, acc_a, acc_c, p, float(ph), fail, precision, d)
-            for (m, e, n, acc_a, acc_c, p, fail, precision, d), ph in zip(raw, holm)]
+    return [CotComparison(m, e, n, acc_a, acc_c, p, float(ph), fail, precision, d, truncation)
+            for (m, e, n, acc_a, acc_c, p, fail, precision, d, truncation), ph in zip(raw, holm)]
 
 
 @dataclass(frozen=True)
