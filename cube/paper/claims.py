@@ -938,11 +938,12 @@ def ladder_accuracy_not_predict(gaps: Sequence[LadderGap]) -> Reproduction:
     if len(gaps) < 2:
         return Reproduction("fewer than 2 models with TF records", Scale(len(gaps)), None,
                             "a relation needs at least 2 models")
-    from scipy.stats import spearmanr
+    from cube.analysis.spearman import spearman_exact
 
-    rho = float(spearmanr([g.statement_accuracy for g in gaps], [g.gap for g in gaps]).statistic)
+    spearman = spearman_exact([g.statement_accuracy for g in gaps], [g.gap for g in gaps])
     smallest = 2 / math.factorial(len(gaps))
-    value = f"Spearman ρ between statement accuracy and gap over {len(gaps)} models: {rho:+.2f}"
+    value = (f"Spearman ρ between statement accuracy and gap over {len(gaps)} models: {spearman.rho:+.2f} "
+             f"(exact two-sided p = {spearman.p_value:.2g}, all {spearman.orderings:,} orderings)")
     scale = Scale(len(gaps), gaps[0].groups)
     judged = [g.judged_true for g in gaps if g.judged_true is not None]
     accuracies = [g.statement_accuracy for g in gaps]

@@ -378,6 +378,8 @@ def test_accuracy_not_predicting_the_gap_has_no_power_with_four_models():
             [("a", 0.25, 0.15), ("b", 0.29, 0.157), ("c", 0.37, 0.175), ("d", 0.38, 0.173)]]
     row = P.ladder_accuracy_not_predict(gaps)
     assert row.no_power and "smallest attainable p is 0.083" in row.why
+    # issue 47: ρ +0.80 with its exact p, 8 of the 24 orderings of 4 models
+    assert "+0.80 (exact two-sided p = 0.33, all 24 orderings)" in row.value
     # with what the models judged true: a recast where they call statements true regardless cannot test it
     judged = [replace(g, judged_true=t) for g, t in zip(gaps, (1.0, 0.74, 0.9, 0.8))]
     row = P.ladder_accuracy_not_predict(judged)
