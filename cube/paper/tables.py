@@ -42,7 +42,7 @@ def html_table(header: list[str], rows: Iterable[Iterable[Any]]) -> str:
 
 
 LONG_TOKEN = 24  # characters: longer unbroken runs may wrap anywhere
-STACK_COLUMNS = 6  # columns from which a table is stacked at every width
+STACK_COLUMNS = 5  # columns from which a table is stacked at every width
 
 
 def _cell(value: Any, label: str) -> str:
