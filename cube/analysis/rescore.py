@@ -408,6 +408,9 @@ def slice_precision(table: pa.Table) -> str | None:
     return "+".join(known) if known else None
 
 
+MIXED_PRECISION = "mixed: "  # how check_one_precision opens a pair of two precisions compared anyway
+
+
 def check_one_precision(table_a: pa.Table, table_b: pa.Table, allow_mixed_precision: bool = False) -> str:
     """What precision a paired comparison of the two slices compares, as a reader is told it:
     ``"bfloat16"``; ``"not recorded"``; or, only with ``allow_mixed_precision``,
@@ -424,7 +427,7 @@ def check_one_precision(table_a: pa.Table, table_b: pa.Table, allow_mixed_precis
             f"slice A was scored in {a} and slice B in {b}: a paired comparison needs one precision; "
             "re-run one side with the other's --dtype, or pass allow_mixed_precision "
             "(--allow-mixed-precision) to compare them anyway, which the result then says")
-    return f"mixed: A {a}, B {b}"
+    return f"{MIXED_PRECISION}A {a}, B {b}"
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,9 @@ def register(subparsers) -> None:
             "field, offset; never the text) and a summary; exits 1 if any hit, 0 if clean."
         ),
     )
-    audit.add_argument("records", type=Path, help="a Parquet file or a folder of Parquet files")
+    audit.add_argument("records", type=Path, nargs="+",
+                       help="Parquet files or folders, each read with every Parquet file below it: "
+                            "`data` covers every committed store (records, reruns, harness runs, imports)")
     audit.add_argument(
         "--items", type=Path, default=None,
         help="the CMMLU folder (dev/ and test/ CSVs); default: the lookup of `cube data list`",
@@ -122,7 +124,9 @@ def run_audit(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             flag = "--" + name.replace("_", "-")
             raise ConfigError(f"{flag} must be at least 1, got {getattr(args, name)}")
-    sources = [(path, *open_parquet(path)) for path in parquet_files(args.records)]
+    # every file of every store named, each once (a store inside another named folder is one store)
+    files = list(dict.fromkeys(path for records in args.records for path in parquet_files(records)))
+    sources = [(path, *open_parquet(path)) for path in files]
 
     root, items, _ = _benchmark(args.benchmark, args.items, args.card)
     index = leakage.build_index(

@@ -600,7 +600,9 @@ _BLOCKS = {"p", "div", "section", "li", "tr", "td", "th", "pre", "table", "ul", 
 def search_text(page_html: str) -> str:
     """A page's main content as Sphinx's search reads it for a snippet: its text, every element
     that carries an id kept (as a ``div`` of that id; a result's anchor selects one), and nothing
-    else: no markup, script, style, chart or header link. Escaped HTML, in ``[role=main]``."""
+    else: no markup, script, style, chart, header link or notebook source (a code cell's input:
+    a search for "McNemar" showed Python as its excerpt, issue 47; prose and outputs stay).
+    Escaped HTML, in ``[role=main]``."""
     from bs4 import BeautifulSoup, NavigableString, Tag
 
     soup = BeautifulSoup(page_html, "html.parser")
@@ -608,7 +610,8 @@ def search_text(page_html: str) -> str:
     main = soup.select_one('[role="main"] article') or soup.select_one('[role="main"]')
     if main is None:
         return ""
-    for junk in main.select("script, style, svg, .headerlink, div.cube-chart"):
+    for junk in main.select("script, style, svg, .headerlink, div.cube-chart, div.cell_input, "
+                            "details.above-input > summary"):
         junk.decompose()
 
     def walk(node) -> str:

@@ -164,6 +164,7 @@ class Reproduction:
     substitute: str = ""  # what stands in for the source's object where it is not available
     no_power: bool = False
     kind: str = "test"
+    verdict_note: str = ""  # what a reproduced verdict must say beside it (partial, how narrow the support)
 
 
 @dataclass(frozen=True)
@@ -283,7 +284,8 @@ def verdict(paper: PaperResult, ours: Reproduction) -> str:
         return f"{head} ({ours.why})" if ours.why else head
     if not ours.holds:
         return CONTRADICTED
-    return SMALLER if ours.scale.smaller_than(paper.scale) else REPRODUCED
+    head = SMALLER if ours.scale.smaller_than(paper.scale) else REPRODUCED
+    return f"{head} ({ours.verdict_note})" if ours.verdict_note else head
 
 
 def compare(paper: Paper, reproductions: Mapping[str, Reproduction]) -> list[Row]:
@@ -355,12 +357,19 @@ def verdict_counts(rows: Sequence[Row]) -> dict[str, int]:
 
 
 def verdict_summary(rows: Sequence[Row]) -> str:
-    """The counts as one sentence, tested rows first, settings apart (the abstract's line)."""
+    """The counts as one sentence (the abstract's line): the rows that test a source's statement,
+    of them those tested here and those that could not be, then the settings. "Tested" counts only
+    rows whose test ran (issue 47: "of 22 results tested" counted 9 not reproducible here)."""
     counts = verdict_counts(rows)
-    tested = sum(counts[v] for v in TESTED)
-    parts = [f"{counts[v]} {v}" for v in TESTED if counts[v]]
+    ran = [v for v in TESTED if v != NOT_HERE]
+    statements = sum(counts[v] for v in TESTED)
+    tested = sum(counts[v] for v in ran)
+    parts = [f"{counts[v]} {v}" for v in ran if counts[v]]
+    text = (f"Of {statements} results that state something testable, {tested} were tested here "
+            f"({', '.join(parts) or 'none'})")
+    if counts[NOT_HERE]:
+        text += f" and {counts[NOT_HERE]} {'is' if counts[NOT_HERE] == 1 else 'are'} {NOT_HERE}"
     settings = counts[IMPLEMENTED] + counts[DIFFERS]
-    text = f"Of {tested} results tested: {', '.join(parts)}"
     if settings:
         text += (f"; {settings} more state{'s' if settings == 1 else ''} a setting adopted from a source "
                  f"({counts[IMPLEMENTED]} {IMPLEMENTED}"
@@ -432,58 +441,81 @@ def _label_scoring_cells(paper: Paper, checkpoints: Mapping[str, Any],
     return here, missing
 
 
-def degenerate_cells(paper: Paper, result: PaperResult, prediction: Mapping[str, Any],
-                     checkpoints: Mapping[str, Any]) -> Reproduction:
-    """The paper's 12 of 64: its 16 label-scoring models × 4 label sets, those whose tokenizer is
-    here predicted from the frozen audit, compared cell by cell with the paper's Table 2.
+def _table2_rows(paper: Paper, prediction: Mapping[str, Any]) -> list[tuple[str, str, str, Mapping[str, Any]]]:
+    """(tokenizer row, label set, the paper's verdict, the frozen audit's cell) of every Table 2
+    cell whose tokenizer is audited here, under the paper's answer context: the evidence the
+    claim-1/2 rows rest on (issue 47), independent of any roster of checkpoints."""
+    matrix = paper.result("table2").numbers["matrix"]
+    cells = _cells_at(prediction, paper.context)
+    return [(t, ls, want, cells[(t, ls)]) for t in matrix if t in prediction["sources"]
+            for ls, want in matrix[t].items() if (t, ls) in cells]
 
-    Only the paper's own checkpoints count: a demo model (SmolLM2) is not one of its 64 cells.
-    """
+
+def _roster_check(paper: Paper, result: PaperResult, prediction: Mapping[str, Any],
+                  checkpoints: Mapping[str, Any]) -> str:
+    """The paper's 12 of 64 recomputed from our 16-model roster (config/models.yaml) × Table 2:
+    it reproduces the paper's count by construction, so it checks our settings, not the paper."""
     here, missing = _label_scoring_cells(paper, checkpoints, prediction)
     family = {c.name: c.family for c in checkpoints.values()}
     matrix = paper.result("table2").numbers["matrix"]
-    ours = {(m, ls) for m, ls, cell in here if cell["verdict"] == "DEGEN"}
-    theirs_here = {(m, ls) for m, ls, _ in here if matrix[family[m]][ls] == "DEGEN"}
     theirs_all = sum(matrix[family[m]][ls] == "DEGEN" for m, ls, _ in here + missing)
     n_cells = len(here) + len(missing)
     if (theirs_all, n_cells) != (int(result.numbers["degenerate"]), int(result.numbers["cells"])):
         raise ConfigError(f"the paper's Table 2 over its {n_cells} label-scoring cells gives {theirs_all} DEGEN, "
                           f"not the {result.numbers['degenerate']} of {result.numbers['cells']} it states")
+    ours = sum(cell["verdict"] == "DEGEN" for _, _, cell in here)
     missing_models = sorted({m for m, _, _ in missing})
-    value = (f"{len(here)} of the {n_cells} cells can be audited here, {len(missing)} cannot "
-             f"({', '.join(missing_models)}: no offline tokenizer); the frozen audit predicts "
-             f"{len(ours)} of the {len(here)} DEGEN, "
-             + ("the same cells as the paper's Table 2" if ours == theirs_here else "not the cells of Table 2")
-             + f": {len(ours & theirs_here)} of its {theirs_all}. The {len({m for m, _, _ in here + missing})}-model "
-             "roster is ours (config/models.yaml), naming checkpoints the paper does not: the test is the paper's "
-             "Table 2, per tokenizer family, times that roster")
-    scale = Scale(models=len({m for m, _, _ in here}), cells=len(here))
-    wrong = sorted(ours ^ theirs_here)
-    return Reproduction(value, scale, ours == theirs_here,
-                        "" if not wrong else "differs in " + ", ".join(f"{m} / {ls}" for m, ls in wrong))
+    return (f"A check of our settings, not evidence: our {len({m for m, _, _ in here + missing})}-model roster "
+            f"(config/models.yaml) times Table 2 gives the paper's {theirs_all} of {n_cells} by construction; "
+            f"{len(here)} of those cells can be audited here ({ours} DEGEN), {len(missing)} cannot "
+            f"({', '.join(missing_models)}: no offline tokenizer)")
+
+
+def degenerate_cells(paper: Paper, result: PaperResult, prediction: Mapping[str, Any],
+                     checkpoints: Mapping[str, Any]) -> Reproduction:
+    """The paper's 12 of 64 label-scoring cells. The evidence is Table 2 row by row: in each row
+    whose tokenizer is here, the frozen audit marks DEGEN exactly the label sets the paper does.
+    The paper's count itself follows from Table 2 times its roster of checkpoints, which ours
+    copies, so recounting it here is reported as a check of our settings, never as the test
+    (issue 47: "9 of its 12" reproduced the paper's count by construction)."""
+    rows = _table2_rows(paper, prediction)
+    theirs = {(t, ls) for t, ls, want, _ in rows if want == "DEGEN"}
+    ours = {(t, ls) for t, ls, _, cell in rows if cell["verdict"] == "DEGEN"}
+    audited = sorted({t for t, _, _, _ in rows}, key=list(paper.tokenizers).index)
+    families = sorted({paper.family_of(t) for t in audited} - {None})
+    wrong = sorted(ours ^ theirs)
+    value = (f"Table 2 row by row under {paper.context}: in its {len(audited)} rows whose tokenizer is here "
+             f"({', '.join(audited)}), the frozen audit marks {len(ours)} of {len(rows)} cells DEGEN, "
+             + ("exactly Table 2's" if not wrong else "not Table 2's") + f" {len(theirs)}. "
+             + _roster_check(paper, result, prediction, checkpoints))
+    scale = Scale(families=len(families), cells=len(rows))
+    if not rows:
+        return Reproduction(value, scale, None, "no tokenizer of Table 2's rows is available here")
+    return Reproduction(value, scale, not wrong,
+                        "" if not wrong else "differs in " + ", ".join(f"{t} / {ls}" for t, ls in wrong))
 
 
 def collisions_all_way(paper: Paper, result: PaperResult, prediction: Mapping[str, Any],
                        checkpoints: Mapping[str, Any]) -> Reproduction:
-    """Of the paper's degenerate label-scoring cells that can be audited here, how many are
-    all-way (one group holding every label); the paper's one partial collision is InternLM3's."""
-    here, missing = _label_scoring_cells(paper, checkpoints, prediction)
-    degen = [(m, ls, cell) for m, ls, cell in here if cell["verdict"] == "DEGEN"]
-    all_way = [(m, ls) for m, ls, cell in degen
+    """Of Table 2's degenerate cells whose tokenizer row is audited here, how many are all-way
+    (one group holding every label); the paper's one partial collision is InternLM3's, whose
+    tokenizer is not here. The roster's count is a check of our settings (``_roster_check``)."""
+    rows = _table2_rows(paper, prediction)
+    degen = [(t, ls, cell) for t, ls, want, cell in rows if want == "DEGEN" and cell["verdict"] == "DEGEN"]
+    all_way = [(t, ls) for t, ls, cell in degen
                if len(cell["collision_groups"]) == 1 and len(cell["collision_groups"][0]) == len(cell["labels"])]
-    family = {c.name: c.family for c in checkpoints.values()}
     matrix = paper.result("table2").numbers["matrix"]
-    missing_degen = sorted({m for m, ls, _ in missing if matrix[family[m]][ls] == "DEGEN"})
-    value = (f"{len(all_way)} of the {len(degen)} degenerate cells audited here are all-way; "
-             f"the paper's other {_plural(len(missing_degen), 'degenerate cell')} "
-             f"({', '.join(missing_degen)}) cannot be audited here, its one partial collision among them")
-    scale = Scale(models=len({m for m, _, _ in degen}), cells=len(degen))
+    missing_rows = sorted(t for t in matrix if t not in prediction["sources"]
+                          and any(v == "DEGEN" for v in matrix[t].values()))
+    value = (f"Table 2 row by row: {len(all_way)} of its {len(degen)} degenerate cells in rows audited here are "
+             f"all-way; its other degenerate rows ({', '.join(missing_rows)}) cannot be audited here, its one "
+             "partial collision among them. " + _roster_check(paper, paper.result("degenerate_cells"), prediction,
+                                                               checkpoints))
+    families = sorted({paper.family_of(t) for t, _, _ in degen} - {None})
+    scale = Scale(families=len(families), cells=len(degen))
     if not degen:
-        return Reproduction(value, scale, None, "no degenerate cell of the paper can be audited here")
-    n_paper = int(result.numbers["degenerate"])
-    partial_paper = n_paper - int(result.numbers["all_way"])
-    # the paper's partial ones lie among the cells not audited here, so every audited one must be all-way
-    holds = len(all_way) == len(degen) and len(missing_degen) >= partial_paper
+        return Reproduction(value, scale, None, "no degenerate cell of Table 2 can be audited here")
+    holds = len(all_way) == len(degen)
     return Reproduction(value, scale, holds)
 
 
@@ -602,12 +634,15 @@ def sequence_recovers(cells: Sequence[RecoveryCell], paper: Paper, families: Map
         return Reproduction(value, scale, None, "every flagged cell's model is at chance level where its labels do "
                             "not collide, so there is no accuracy to recover", no_power=True)
     short = partial(up)
-    notes = ([partial_text(short)] if short else []) + (
+    models_up = sorted({c.model for c in up})
+    resting = (f"rests on {_plural(len(up), 'cell')} of {_plural(len(models_up), 'model')} "
+               f"({', '.join(f'{c.model} / {c.label_set}' for c in up)})")
+    notes = [("partial: " if short else "") + resting] + ([partial_text(short)] if short else []) + (
         [f"{_plural(len(weak), 'cell')} without power (a model at chance: "
          + ", ".join(f"{c.model} / {c.label_set}" for c in weak) + ") not counted"] if weak else [])
-    if short:
-        value += "; " + partial_text(short)
-    return Reproduction(value, scale, True, "; ".join(notes))
+    # the notes are the row's reason: the page prints them once, after the value (issue 47: the
+    # partial-recovery sentence was in both and printed twice)
+    return Reproduction(value, scale, True, "; ".join(notes), verdict_note=notes[0])
 
 
 def _groups_text(groups: Sequence[Sequence[str]]) -> str:
@@ -778,42 +813,43 @@ class CalibrationRatio:
 
 
 def whitespace_ece(result: PaperResult, ratios: Sequence[CalibrationRatio], n_items: int) -> Reproduction:
-    """The source: the merged form lowers ECE for most models, up to 4×. Per model the direction,
-    its interval; reproduced when most models' ECE is lower under the merged form beyond the
-    interval, contradicted when most are higher beyond it, no power otherwise.
-
-    A model whose ECE rises is a per-model note of this test, not a result of its own (issue 33):
-    the source's one rise (its ``reversal`` row) carries no significance star where its
-    significant rows do, and a model here near chance accuracy with a high mean confidence has an
-    ECE that measures its guessing, which the note says with the two numbers."""
+    """The source: the merged form lowers ECE for most models, up to 4×. One rule for every
+    model, whatever its accuracy: its ECE is lower (or higher) under the merged form when its
+    ratio's interval lies above (below) 1; reproduced when most models are lower, contradicted
+    when most are higher, no power otherwise. ECE compares confidence with accuracy at any
+    accuracy, so a model at chance counts as any other, its fall and its rise alike (issue 47: two
+    chance-level models' falls counted as support while a chance-level rise was excused as
+    "confident guessing"); each model's accuracy and mean confidence are shown, not interpreted."""
     if not ratios:
         return Reproduction("no model under both forms", Scale(), None, "no model has records under both forms")
     factor = float(result.numbers["factor"])
     lower = [r for r in ratios if r.lo > 1]
     higher = [r for r in ratios if r.hi < 1]
-    per = "; ".join(f"{r.model} {r.ece_separate:.3f} → {r.ece_merged:.3f} ({r.ratio:.2f}× [{r.lo:.2f}, {r.hi:.2f}])"
-                    + _precision_note(r.precision) for r in ratios)
+
+    def accuracy(r: CalibrationRatio) -> str:
+        if r.accuracy_merged is None or r.confidence_merged is None:
+            return ""
+        return f", merged accuracy {r.accuracy_merged:.3f}, mean confidence {r.confidence_merged:.2f}"
+
+    per = "; ".join(f"{r.model} {r.ece_separate:.3f} → {r.ece_merged:.3f} ({r.ratio:.2f}× [{r.lo:.2f}, {r.hi:.2f}]"
+                    f"{accuracy(r)})" + _precision_note(r.precision) for r in ratios)
     b = ratios[0]
     value = (f"ECE separate → merged, {b.n_bins} equal-width bins, ratio separate/merged with its 95 % "
-             f"bootstrap interval (B = {b.replicates:,}; a bootstrap, not an exact test): {per}; lower under the "
-             f"merged form beyond the interval for {len(lower)} of {len(ratios)}, higher for {len(higher)}")
-    notes = []
-    for r in higher:
-        known = r.accuracy_merged is not None and r.confidence_merged is not None
-        notes.append(f"{r.model}'s ECE rises under the merged form beyond its interval"
-                     + (f" (accuracy {r.accuracy_merged:.3f}, mean confidence {r.confidence_merged:.2f}: its ECE "
-                        "measures confident guessing)" if known else ""))
+             f"bootstrap interval (B = {b.replicates:,}; a bootstrap, not an exact test): {per}. Rule, the same for "
+             "every model whatever its accuracy: lower (higher) under the merged form when the interval lies above "
+             f"(below) 1; lower for {len(lower)} of {len(ratios)}"
+             + (f" ({', '.join(r.model for r in lower)})" if lower else "")
+             + f", higher for {len(higher)}" + (f" ({', '.join(r.model for r in higher)})" if higher else ""))
     reversal = result.numbers.get("reversal")
     if reversal:
-        notes.append(f"the source's one rise ({reversal['model']} {reversal['before']:g} → {reversal['after']:g}) "
-                     "carries no significance star where its significant rows do")
-    if notes:
-        value += "; per-model note: " + "; ".join(notes)
+        value += (f"; the source's one rise ({reversal['model']} {reversal['before']:g} → {reversal['after']:g}) "
+                  "carries no significance star where its significant rows do")
     scale = Scale(len(ratios), n_items)
     majority = len(ratios) / 2
     if len(lower) > majority:
         best = max(lower, key=lambda r: r.ratio)
-        return Reproduction(value, scale, True, f"largest {best.ratio:.1f}× against the source's {factor:g}×")
+        return Reproduction(value, scale, True, f"largest {best.ratio:.1f}× against the source's {factor:g}×",
+                            verdict_note=f"lower for {len(lower)} of {len(ratios)} models, higher for {len(higher)}")
     if len(higher) > majority:
         return Reproduction(value, scale, False, "most models calibrate worse under the merged form")
     return Reproduction(value, scale, None, "no direction holds for most models beyond its interval", no_power=True)
@@ -821,9 +857,13 @@ def whitespace_ece(result: PaperResult, ratios: Sequence[CalibrationRatio], n_it
 
 def _precision_note(precision: str) -> str:
     """What a paired figure's text adds about its precision: nothing for one recorded precision,
-    the re-run side or the mix otherwise (``cube.analysis.rescore.check_one_precision``)."""
+    the re-run side otherwise (``cube.analysis.rescore.check_one_precision``). A pair of two
+    precisions is refused, not marked: no page prints one (issue 47)."""
     if precision.startswith("mixed"):
-        return f" [{precision} precision, compared anyway]"
+        from cube.errors import PrecisionMismatch
+
+        raise PrecisionMismatch(f"a verdict pairs two precisions ({precision}): pair the one-precision rerun of "
+                                "one side (cube.paper.evidence.one_precision_pair) instead")
     if "re-run" in precision:
         return f" [{precision}]"
     return ""
@@ -898,11 +938,12 @@ def ladder_accuracy_not_predict(gaps: Sequence[LadderGap]) -> Reproduction:
     if len(gaps) < 2:
         return Reproduction("fewer than 2 models with TF records", Scale(len(gaps)), None,
                             "a relation needs at least 2 models")
-    from scipy.stats import spearmanr
+    from cube.analysis.spearman import spearman_exact
 
-    rho = float(spearmanr([g.statement_accuracy for g in gaps], [g.gap for g in gaps]).statistic)
+    spearman = spearman_exact([g.statement_accuracy for g in gaps], [g.gap for g in gaps])
     smallest = 2 / math.factorial(len(gaps))
-    value = f"Spearman ρ between statement accuracy and gap over {len(gaps)} models: {rho:+.2f}"
+    value = (f"Spearman ρ between statement accuracy and gap over {len(gaps)} models: {spearman.rho:+.2f} "
+             f"(exact two-sided p = {spearman.p_value:.2g}, all {spearman.orderings:,} orderings)")
     scale = Scale(len(gaps), gaps[0].groups)
     judged = [g.judged_true for g in gaps if g.judged_true is not None]
     accuracies = [g.statement_accuracy for g in gaps]
@@ -988,6 +1029,7 @@ class CotComparison:
     cot_parse_failure_rate: float
     precision: str = "not recorded"
     discordant: int | None = None  # items the two get differently (what the test's power rests on)
+    truncation_recorded: bool = False  # whether the CoT records say which generations hit the length limit
 
 
 def cot_vs_answer_only(comparisons: Sequence[CotComparison], threshold: float, extractor: str = "M6-strict",
@@ -995,14 +1037,15 @@ def cot_vs_answer_only(comparisons: Sequence[CotComparison], threshold: float, e
     """The guide: with enough new tokens (512) CoT usually scores higher, and a CoT score below
     answer-only means the reasoning was cut off before its answer line (a parse failure).
 
-    Read with the guide's own extraction (the last 答案：X, ``extractor``). CoT significantly
-    above answer-only (Holm-adjusted over every comparison) reproduces it; significantly below
-    contradicts it, among the models whose score the guide's parse-failure rule (``threshold``)
-    trusts. Otherwise the row stays out of the counts for power: the exact McNemar test's power at
-    this n (each model's own discordance, floored at the effect; the range over the models) against
-    each of ``effects``.
-    The parse-failure rule is about trusting a score, not about what a comparison can show, so it
-    is reported per model, never given as the reason (issue 33).
+    Read with the guide's own extraction (the last 答案：X, ``extractor``), among the models whose
+    CoT score the guide's own parse-failure rule (``threshold``) trusts: CoT significantly above
+    answer-only (Holm-adjusted over every comparison) reproduces it; significantly below
+    contradicts it; otherwise no power, with the exact McNemar test's power at this n (each
+    model's own discordance, floored at the effect; the range over the models) against each of
+    ``effects``. Where no model passes that rule, the guide's statement is not testable here, and
+    the row says so with the reason (the failure rates; whether truncation was recorded) and what
+    was found instead: the significant changes, each with its parse-failure rate (issue 47: the
+    rule fell through to "no power … no significant difference" beside two significant drops).
     """
     from cube.analysis.stats import mcnemar_power
 
@@ -1017,22 +1060,41 @@ def cot_vs_answer_only(comparisons: Sequence[CotComparison], threshold: float, e
     value = (f"{extractor}, answer-only → CoT on the same items, Holm over {len(comparisons)} comparisons: {per}")
     scale = Scale(len(mine), max(c.n for c in mine))
     trusted = [c for c in mine if c.cot_parse_failure_rate <= threshold]  # a score the guide says to trust
+    if not trusted:
+        rates = sorted(c.cot_parse_failure_rate for c in mine)
+        unrecorded = [c.model for c in mine if not c.truncation_recorded]
+        reason = (f"the guide's statement is not testable here: no model's CoT passes the guide's own "
+                  f"{threshold:.0%} parse-failure rule ({extractor} parse failures {100 * rates[0]:.0f}–"
+                  f"{100 * rates[-1]:.0f} %)")
+        if unrecorded:
+            reason += (", and whether a failure was a truncation is not recorded for "
+                       + ("the archived generations" if len(unrecorded) == len(mine) else ", ".join(unrecorded)))
+        significant = [c for c in mine if c.p_holm < alpha]
+        drops = [c for c in significant if c.acc_cot < c.acc_answer_only]
+        found = "; found: " + (", ".join(
+            f"{c.model} {100 * (c.acc_cot - c.acc_answer_only):+.1f} points (Holm p = {c.p_holm:.2g}, "
+            f"{c.cot_parse_failure_rate:.0%} parse failures)" for c in significant) if significant
+            else "no significant change")
+        if drops and len(drops) == len(significant):
+            found += ": drops where the model cannot follow the answer format"
+        return Reproduction(value, scale, None, reason + found)
     up = [c for c in trusted if c.p_holm < alpha and c.acc_cot > c.acc_answer_only]
     down = [c for c in trusted if c.p_holm < alpha and c.acc_cot < c.acc_answer_only]
     if down:
         return Reproduction(value, scale, False, "CoT significantly below answer-only: " + ", ".join(c.model for c in down))
     if up:
         return Reproduction(value, scale, True)
-    n = min(c.n for c in mine)
+    n = min(c.n for c in trusted)
 
     def power(delta: float) -> str:
         """The range over the models of the power at each one's own discordance (floored at delta)."""
-        values = sorted(mcnemar_power(c.n, min(1.0, max((c.discordant or 0) / c.n, delta)), delta, alpha) for c in mine)
+        values = sorted(mcnemar_power(c.n, min(1.0, max((c.discordant or 0) / c.n, delta)), delta, alpha)
+                        for c in trusted)
         return f"{values[0]:.2f}" if f"{values[0]:.2f}" == f"{values[-1]:.2f}" else f"{values[0]:.2f}–{values[-1]:.2f}"
 
     against = ", ".join(f"{power(d)} to detect {100 * d:+.0f} points" for d in effects)
-    lower = [c.model for c in mine if c.acc_cot < c.acc_answer_only]
-    return Reproduction(value, scale, None, f"no significant difference; the exact McNemar test's power at n = {n} is "
-                        f"{against} (per model, at its own discordance)"
+    lower = [c.model for c in trusted if c.acc_cot < c.acc_answer_only]
+    return Reproduction(value, scale, None, f"no significant difference among the models the guide's rule trusts; "
+                        f"the exact McNemar test's power at n = {n} is {against} (per model, at its own discordance)"
                         + (f"; {', '.join(lower)} point{'s' if len(lower) == 1 else ''} the other way" if lower else ""),
                         no_power=True)

@@ -82,6 +82,15 @@ def _aligned(a: pa.Table, b: pa.Table, allow_mixed_precision: bool = False,
     return take(a), take(b), precision
 
 
+def one_precision_pair(a: pa.Table, b: pa.Table, reruns: pa.Table | None = None) -> tuple[pa.Table, pa.Table, str]:
+    """Two one-cell slices on their common items in one precision, for a page that shows their
+    pair: where the two were scored in two precisions and ``reruns`` holds one side re-scored in
+    the other's precision, that rerun takes its side's place; where none does, the pair is
+    refused (:class:`cube.errors.PrecisionMismatch`), never compared anyway. Issue 47: a page
+    printed the 1.5B's bf16 side against its fp32 side while the paper page paired the rerun."""
+    return _aligned(a, b, allow_mixed_precision=False, reruns=reruns)
+
+
 def reference_accuracy(table: pa.Table, protocol: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
     """Model -> (correct, n) under one protocol: the accuracy a flagged cell is judged against."""
     rows = select(table, **protocol)
@@ -178,11 +187,13 @@ def cot_comparisons(table: pa.Table, extractors: Sequence[str] = ("M6-strict", "
             ca, cb = a.column("correct").to_numpy(), b.column("correct").to_numpy()
             test = mcnemar_exact(cb, ca)
             fail = float(b.column("parse_failed").to_numpy().mean())
+            # schema-2 records say which generations hit the length limit; older ones do not
+            truncation = "finish_reason" in b.column_names and b.column("finish_reason").null_count < b.num_rows
             raw.append((model, extractor, int(ca.size), float(ca.mean()), float(cb.mean()), test.p_value, fail, precision,
-                        int(test.b + test.c)))
+                        int(test.b + test.c), truncation))
     holm = holm_adjust([r[5] for r in raw])
-    return [CotComparison(m, e, n, acc_a, acc_c, p, float(ph), fail, precision, d)
-            for (m, e, n, acc_a, acc_c, p, fail, precision, d), ph in zip(raw, holm)]
+    return [CotComparison(m, e, n, acc_a, acc_c, p, float(ph), fail, precision, d, truncation)
+            for (m, e, n, acc_a, acc_c, p, fail, precision, d, truncation), ph in zip(raw, holm)]
 
 
 @dataclass(frozen=True)

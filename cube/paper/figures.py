@@ -179,9 +179,14 @@ def scorer_accuracy_chart(
     if chance is not None:
         layers.append(alt.Chart().mark_rule(strokeDash=[4, 3], color="grey").encode(
             x=alt.datum(float(chance))))
-    # the step is one bar's height (there is an offset channel): a cell's row holds its bars
+    # 18 px a bar (there is an offset channel: a cell's row holds its bars). A fixed height, not a
+    # step: vega-lite drops a step height beside a width sized to the column, with a console warning
+    # ("Dropping fit-y because spec has discrete height", issue 47)
     return alt.layer(*layers, data=alt.Data(values=records)).properties(
-        width="container", height=alt.Step(18), title=_title(title))
+        width="container", height=BAR_PX * len(cells) * len(scorers), title=_title(title))
+
+
+BAR_PX = 18  # one bar's height in the scorer chart
 
 
 def footrule_chart(floor: NoiseFloor, observed: Mapping[str, float], bins: int = 30,

@@ -136,6 +136,21 @@ def test_bad_threshold_is_an_error(tmp_path, capsys):
     assert code == 2 and "--window must be at least 1, got 0" in err, err
 
 
+def test_audit_covers_every_store_below_a_folder_and_several_stores(tmp_path, capsys, cmmlu_root, leaks):
+    """Issue 47: the book reads data/reruns (and the harness runs, the imports) beside
+    data/records; one audit covers them all, a leak in a nested store included."""
+    _, option_leak = leaks
+    (tmp_path / "data" / "records").mkdir(parents=True)
+    (tmp_path / "data" / "reruns" / "m").mkdir(parents=True)
+    write_records(tmp_path / "data" / "records" / "a.parquet", ["普通的回答"], ["无"])
+    write_records(tmp_path / "data" / "reruns" / "m" / "b.parquet", ["选 " + option_leak], ["无"])
+    code, out, _ = run(capsys, tmp_path / "data", "--items", cmmlu_root)
+    assert code == 1 and out.count("LEAK ") == 1 and "reruns/m/b.parquet:0" in out, out
+    assert "1 hit(s) in 2 records" in out and "2 file(s)" in out
+    code, out, _ = run(capsys, tmp_path / "data" / "records", tmp_path / "data", "--items", cmmlu_root)
+    assert code == 1 and "1 hit(s) in 2 records" in out, out  # a file named twice is read once
+
+
 def test_python_dash_m_cube_runs_the_audit(tmp_path, cmmlu_root):
     path = tmp_path / "records.parquet"
     write_records(path, ["普通的回答"], ["无"])

@@ -435,6 +435,18 @@ def test_search_text_is_the_article_with_its_anchors_and_nothing_else():
     assert book.search_text("<p>no main</p>") == ""
 
 
+def test_search_text_leaves_out_a_notebook_cells_source_and_keeps_its_output():
+    """Issue 47: searching "McNemar" showed Python source as the excerpt (a code cell's input)."""
+    page = ('<main role="main"><article><p>The exact McNemar test.</p>'
+            '<div class="cell docutils container"><details class="hide above-input"><summary>Show code cell source</summary>'
+            '<div class="cell_input docutils container"><div class="highlight-ipython3"><pre>p = mcnemar_exact(a, b)</pre>'
+            '</div></div></details><div class="cell_output docutils container"><pre>McNemar p = 0.12</pre></div></div>'
+            '</article></main>')
+    text = book.search_text(page)
+    assert "mcnemar_exact" not in text and "Show code" not in text
+    assert "The exact McNemar test." in text and "McNemar p = 0.12" in text
+
+
 def test_a_readers_run_becomes_a_page_without_editing_the_toc(tmp_path):
     """Issue 36 §6: `cube book build` included a reader's run (`--as NAME`) only after an edit
     of _toc.yml; the build now adds the unlisted executed runs as a part of their own."""

@@ -104,6 +104,18 @@ def test_no_page_or_stylesheet_fetches_an_external_url(site):
     assert not offending, "external URLs needed to render:\n" + "\n".join(offending[:20])
 
 
+MIXED_PAIR = re.compile(r"mixed: A \w+, B \w+|compared anyway")
+
+
+def test_no_page_pairs_two_precisions(site):
+    """Issue 47: the Results page's claim-6 "tokenized apart" table and its appendix page printed
+    the 1.5B's bf16 side against its fp32 side ("mixed: A bfloat16, B float32", "compared
+    anyway") beside the paper page's one-precision rerun. Every page pairs one precision."""
+    offending = [f"{page}: {m.group(0)}" for page in BUILT
+                 for m in MIXED_PAIR.finditer((site / page).read_text(encoding="utf-8"))]
+    assert not offending, "pages pairing two precisions:\n" + "\n".join(offending[:20])
+
+
 def test_redirect_stubs_forward_to_rendered_pages(site):
     assert STUBS.get("index.html") == "book/intro.html"
     assert all(target in PAGES for target in STUBS.values())
@@ -131,6 +143,7 @@ class DevTools:
         self.next_id = 0
         self.blocked: list[str] = []
         self.errors: list[str] = []
+        self.warnings: list[str] = []  # console warnings (vega's "Dropping fit-y", issue 47)
 
     def _post(self, method: str, params: dict | None = None) -> int:
         self.next_id += 1
@@ -148,12 +161,18 @@ class DevTools:
                 self._post("Fetch.failRequest", {"requestId": params["requestId"], "errorReason": "BlockedByClient"})
         elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
             self.errors.append("console: " + " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", [])))
+        elif method == "Runtime.consoleAPICalled" and params.get("type") == "warning":
+            self.warnings.append("console: " + " ".join(str(a.get("value", a.get("description", "")))
+                                                        for a in params.get("args", [])))
         elif method == "Runtime.exceptionThrown":
             details = params["exceptionDetails"]
             self.errors.append("exception: " + details.get("exception", {}).get("description", details.get("text", "")))
         elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
             entry = params["entry"]
             self.errors.append(f"log: {entry.get('text')} {entry.get('url', '')}".strip())
+        elif method == "Log.entryAdded" and params["entry"].get("level") == "warning":
+            entry = params["entry"]
+            self.warnings.append(f"log: {entry.get('text')} {entry.get('url', '')}".strip())
 
     def call(self, method: str, params: dict | None = None) -> dict:
         wanted = self._post(method, params)
@@ -254,6 +273,31 @@ SETTLE = r"""(async () => {
       return {id: d.id, shapes: shapes.length, bars: bars, title: title, caption: caption,
               drawnWidth: svg ? Math.ceil(svg.getBoundingClientRect().width) : 0, boxWidth: d.clientWidth};
     }),
+    // every table of the article: the cells a scrolling box or the window clips, the last column's
+    // and the p columns' among them (issue 47: p, Holm and precision behind a sideways scroll)
+    tables: (() => {
+      const clipped = e => {
+        const r = e.getBoundingClientRect();
+        if (r.width === 0 && r.height === 0) { return false; }  // not laid out (a hidden row)
+        let out = r.left < 0 || r.right > window.innerWidth + 1;
+        for (let a = e.parentElement; a && a !== document.body; a = a.parentElement) {
+          if (getComputedStyle(a).overflowX !== 'visible') {
+            const box = a.getBoundingClientRect();
+            out = out || r.left < box.left - 1 || r.right > box.right + 1;
+          }
+        }
+        return out;
+      };
+      return [...document.querySelectorAll('article table')].map((t, i) => {
+        const heads = [...t.querySelectorAll('thead th')].map(h => h.textContent.trim());
+        const rows = [...t.querySelectorAll('tbody tr')];
+        const isP = k => /(^|\W)p(\W|$)|Holm/.test(heads[k] || '');
+        const last = rows.filter(r => r.cells.length && clipped(r.cells[r.cells.length - 1])).length;
+        const pCells = rows.flatMap(r => [...r.cells].filter((c, k) => isP(k) && clipped(c))).length;
+        return {index: i, head: heads.slice(0, 3).join(' | '), columns: heads.length, rows: rows.length,
+                lastClipped: last, pClipped: pCells, width: Math.round(t.scrollWidth), box: Math.round(t.clientWidth)};
+      });
+    })(),
     // the paper page's verdicts: each one's box, and whether a scrolling box or the window clips it
     // (and the same for every other cell of its row)
     verdicts: (() => {
@@ -303,6 +347,7 @@ def evaluate(tools: DevTools, expression: str, url: str, timeout: float = 30):
 
 def load(tools: DevTools, url: str) -> dict:
     tools.errors.clear()
+    tools.warnings.clear()
     tools.blocked.clear()
     tools.call("Page.navigate", {"url": url})
     return evaluate(tools, SETTLE, url)
@@ -329,6 +374,7 @@ def rendered(browser) -> dict[str, dict]:
         state["screenshot"] = screenshot(tools, page, state["height"])
         state["blocked"] = list(tools.blocked)
         state["errors"] = list(tools.errors)
+        state["warnings"] = list(tools.warnings)
         out[page] = state
     return out
 
@@ -342,6 +388,31 @@ def test_page_renders_offline_with_a_clean_console(rendered, page):
     assert state["typeset"] == state["maths"], f"{page}: {state['maths'] - state['typeset']} formula(s) not typeset"
     assert state["mathErrors"] == 0, f"{page}: MathJax reported errors"
     assert state["screenshot"].stat().st_size > 0
+
+
+@pytest.mark.parametrize("page", PAGES or ["(no built book)"])
+def test_page_logs_no_console_warning(rendered, page):
+    """Issue 47: vega warned "Dropping fit-y" on Results and claim 2 (a chart sized to the column
+    with a height by step)."""
+    assert not rendered[page]["warnings"], f"{page} console warnings: {rendered[page]['warnings'][:3]}"
+
+
+@pytest.mark.parametrize("page", PAGES or ["(no built book)"])
+def test_every_tables_last_column_is_in_view_at_1280_and_every_p_column_at_400(rendered, narrow, page):
+    """Issue 47: at 1280 px ten Results tables put p, Holm and precision behind a sideways scroll
+    (the claim-6 table was 1,448 px in a 676 px column, cut mid-header). At 1280 px no table's last
+    column may lie outside the window or a scrolling box; at 400 px no p or Holm column may."""
+    wide = [t for t in rendered[page]["tables"] if t["lastClipped"]]
+    assert not wide, f"{page} at 1280 px: {len(wide)} table(s) with the last column out of view: {wide[:3]}"
+    cut = [t for t in narrow[page]["tables"] if t["pClipped"]]
+    assert not cut, f"{page} at 400 px: {len(cut)} table(s) with a p column out of view: {cut[:3]}"
+
+
+def test_the_tables_check_has_wide_tables_to_measure(rendered):
+    """Guards the table test against passing vacuously: the Results page pastes tables of ten
+    columns (claim 6's, claim 8's chain of thought)."""
+    tables = rendered["book/results.html"]["tables"]
+    assert sum(t["columns"] >= 10 for t in tables) >= 3, [(t["head"], t["columns"]) for t in tables]
 
 
 def test_the_book_has_charts_and_maths_to_check(rendered):
@@ -492,7 +563,8 @@ SEARCH_RESULTS = """(async () => {
   while (Date.now() < deadline && (!done() || items().some(li => !li.querySelector('.context')))) {
     await new Promise(r => setTimeout(r, 100));
   }
-  return {done: done(), results: items().length, snippets: items().filter(li => li.querySelector('.context')).length};
+  return {done: done(), results: items().length, snippets: items().filter(li => li.querySelector('.context')).length,
+          texts: items().map(li => (li.querySelector('.context') || {}).textContent || '')};
 })()"""
 
 
@@ -515,3 +587,21 @@ def test_search_opened_as_a_file_shows_snippets_with_a_clean_console(browser, si
     assert state["done"] and state["results"] >= 2, state
     assert state["snippets"] == state["results"], f"{state['results'] - state['snippets']} result(s) without a snippet"
     assert not errors and not blocked, (errors[:3], blocked[:3])
+
+
+# Python as it reads in a notebook cell's source: a call with a keyword, an import, a glue
+CODE = re.compile(r"\bglue\(|^\s*(from\s+[\w.]+\s+import\s|import\s+[\w.]+\s*$)|\bdef\s+\w+\(|\w\(\w+=|\bprint\(|"
+                  r"\bselect\(", re.MULTILINE)
+
+
+def test_search_excerpts_show_prose_and_outputs_not_code(browser, site):
+    """Issue 47: searching "McNemar" showed Python source (a code cell's input) as excerpts."""
+    tools, origin = browser
+    url = origin + "search.html?q=McNemar"
+    tools.call("Page.navigate", {"url": url})
+    state = evaluate(tools, SEARCH_RESULTS, url)
+    assert state["done"] and state["results"] >= 3, state
+    code = [t[:160] for t in state["texts"] if CODE.search(t)]
+    assert not code, f"{len(code)} of {state['results']} excerpts show code: {code[:3]}"
+    assert CODE.search("x = select(table, model=m)") and CODE.search("from cube.paper import claims")
+    assert not CODE.search("McNemar p = 0.12 (Holm 0.49)") and not CODE.search("differently\nfrom the source")

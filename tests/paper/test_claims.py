@@ -133,7 +133,7 @@ def test_a_setting_is_never_counted_as_reproduced():
     rows = [P.Row(result, row, P.verdict(result, row))]
     counts = P.verdict_counts(rows)
     assert counts[P.REPRODUCED] == counts[P.SMALLER] == 0 and counts[P.IMPLEMENTED] == 1
-    assert P.verdict_summary(rows).startswith("Of 0 results tested")
+    assert P.verdict_summary(rows).startswith("Of 0 results that state something testable, 0 were tested here")
     parse = P.parse_failure_row(PAPER.result("parse_failure_warning"), 0.02, [], 3)
     assert P.verdict(PAPER.result("parse_failure_warning"), parse) == P.IMPLEMENTED
     smoke = P.timing_row(PAPER.result("smoke_seconds"), 4.0, "cube smoke")
@@ -162,14 +162,17 @@ def test_compare_answers_every_result_and_only_those():
 
 # ---- the paper's degenerate cells ---------------------------------------------------------------
 
-def test_only_the_papers_checkpoints_count_toward_its_12_of_64():
+def test_degenerate_cells_rest_on_table2_row_by_row_and_the_roster_count_is_a_settings_check():
+    """Issue 47: "9 of its 12" counted checkpoints of our own 16-model roster, which copies the
+    paper's and so reproduces its 12 by construction. The verdict rests on Table 2's rows whose
+    tokenizer is here (3 DEGEN of 20 cells under zh_cue, 3 families); the roster is a check."""
     row = P.degenerate_cells(PAPER, PAPER.result("degenerate_cells"), PREDICTION, CHECKPOINTS)
-    assert row.holds is True and row.scale == P.Scale(models=12, cells=48)
-    assert "48 of the 64 cells can be audited here, 16 cannot" in row.value
-    assert "predicts 9 of the 48 DEGEN, the same cells as the paper's Table 2: 9 of its 12" in row.value
-    assert ("The 16-model roster is ours (config/models.yaml), naming checkpoints the paper does not: the test is "
-            "the paper's Table 2, per tokenizer family, times that roster") in row.value
-    # SmolLM2 has 3 DEGEN cells under zh_cue in the frozen audit; they are not the paper's
+    assert row.holds is True and row.scale == P.Scale(families=3, cells=20)
+    assert "the frozen audit marks 3 of 20 cells DEGEN, exactly Table 2's 3" in row.value
+    assert ("A check of our settings, not evidence: our 16-model roster (config/models.yaml) times Table 2 gives "
+            "the paper's 12 of 64 by construction; 48 of those cells can be audited here (9 DEGEN)") in row.value
+    assert P.verdict(PAPER.result("degenerate_cells"), row) == P.SMALLER
+    # the verdict does not move with the roster: dropping checkpoints changes the check only
     smollm2 = [c for c in PREDICTION["cells"] if c["family"] == "smollm2" and c["context"] == "zh_cue"
                and c["verdict"] == "DEGEN"]
     assert len(smollm2) == 3 and "smollm2" not in row.value
@@ -180,7 +183,7 @@ def test_a_prediction_that_departs_from_table2_contradicts_it():
                                       if (c["family"], c["label_set"], c["context"]) == ("qwen3", "L4_circled", "zh_cue")
                                       else c for c in PREDICTION["cells"]])
     row = P.degenerate_cells(PAPER, PAPER.result("degenerate_cells"), changed, CHECKPOINTS)
-    assert row.holds is False and "qwen3-0.6b / L4_circled" in row.why
+    assert row.holds is False and row.why == "differs in qwen3 / L4_circled"
     matrix = P.audit_matrix(PAPER, PAPER.result("table2"), changed, True)
     assert matrix.holds is False and "qwen3 / L4_circled: paper DEGEN, here max1tok" in matrix.why
 
@@ -196,8 +199,10 @@ def test_table2_row_compares_every_audited_cell():
 
 def test_the_audited_collisions_are_all_way():
     row = P.collisions_all_way(PAPER, PAPER.result("collisions_all_way"), PREDICTION, CHECKPOINTS)
-    assert row.holds is True and "9 of the 9 degenerate cells audited here are all-way" in row.value
-    assert "internlm3-8b-instruct" in row.value
+    assert row.holds is True and row.scale == P.Scale(families=1, cells=3)
+    assert "3 of its 3 degenerate cells in rows audited here are all-way" in row.value
+    assert "its other degenerate rows (glm4, internlm3, yi1.5) cannot be audited here" in row.value
+    assert "A check of our settings, not evidence" in row.value
 
 
 # ---- recovery in the flagged cells --------------------------------------------------------------
@@ -230,17 +235,22 @@ def test_recovery_is_judged_against_chance_not_the_tiebreak_and_holm_corrected()
 
 
 def test_a_cell_that_recovers_less_than_its_own_abcd_accuracy_on_the_same_items_says_so():
-    """0.445 against its own ABCD 0.503 on the same 600 items, McNemar p 3.7e-4 (issue 33): the
-    verdict stays reproduced (above chance), and its sentence says most, not all."""
+    """0.445 against its own ABCD 0.503 on the same 600 items, McNemar p 3.7e-4 (issues 33, 47):
+    the verdict says partial and that it rests on one cell of one model, and the page prints the
+    "most, not all" sentence once (it was in both the value and the reason, so twice in a cell)."""
     (cell,) = P.recovery_cells([effect("big", 0.235, 0.445)], {"big": (302, 600)})
     partial = replace(cell, same_items_reference=0.503, same_items_p=3.7e-4, same_items_n=600)
     row = P.sequence_recovers([partial], PAPER, FAMILIES, 600)
     assert row.holds is True
     assert ("big / L4_circled recovers most of its accuracy, not all: M1-seq 0.445 against its own ABCD 0.503 on "
             "the same items (exact McNemar p = 0.00037; 77% of its accuracy above chance)") in row.why
-    assert "recovers most of its accuracy, not all" in row.value
+    assert P.verdict(PAPER.result("sequence_recovers"), row) == (
+        "reproduced at smaller scale (partial: rests on 1 cell of 1 model (big / L4_circled))")
+    page = P.rows_html([P.Row(PAPER.result("sequence_recovers"), row, P.verdict(PAPER.result("sequence_recovers"), row))])
+    assert page.count("recovers most of its accuracy, not all") == 1
     whole = replace(cell, same_items_reference=0.45, same_items_p=0.8, same_items_n=600)
-    assert "not all" not in P.sequence_recovers([whole], PAPER, FAMILIES, 600).why
+    full = P.sequence_recovers([whole], PAPER, FAMILIES, 600)
+    assert "not all" not in full.why and full.verdict_note == "rests on 1 cell of 1 model (big / L4_circled)"
 
 
 def test_cells_of_models_outside_the_papers_families_are_reported_not_counted():
@@ -309,20 +319,25 @@ def ratio(model, a, b, lo, hi):
     return P.CalibrationRatio(model, a, b, a / b, lo, hi, 10, 2000)
 
 
-def test_the_ece_reversal_is_reported_per_model_with_its_interval():
-    ratios = [ratio("gemma", 0.382, 0.110, 2.8, 4.6), ratio("qwen", 0.460, 0.141, 2.5, 4.4),
-              ratio("big", 0.189, 0.091, 1.4, 2.8), ratio("smollm2", 0.328, 0.563, 0.55, 0.61)]
+def test_the_ece_rule_is_one_rule_for_every_model_whatever_its_accuracy():
+    """Issue 47: the falls of two chance-level models counted as support while the chance-level
+    SmolLM2's rise was excused as "confident guessing". Every model now counts alike, with its
+    accuracy and confidence shown and not interpreted; the paper page's one-precision numbers."""
+    def ratio(model, a, b, lo, hi, acc=None, conf=None):
+        return P.CalibrationRatio(model, a, b, a / b, lo, hi, 10, 2000, "bfloat16", acc, conf)
+
+    ratios = [ratio("gemma", 0.382, 0.110, 2.8, 4.6, 0.255, 0.36), ratio("qwen", 0.460, 0.141, 2.5, 4.4, 0.253, 0.40),
+              ratio("big", 0.180, 0.091, 1.4, 2.8, 0.490, 0.55), ratio("smollm2", 0.328, 0.563, 0.55, 0.61, 0.235, 0.80)]
     row = P.whitespace_ece(PAPER.result("whitespace_ece"), ratios, 600)
-    assert row.holds is True and "smollm2 0.328 → 0.563 (0.58× [0.55, 0.61])" in row.value
-    assert "higher for 1" in row.value and "10 equal-width bins" in row.value and "B = 2,000" in row.value
-    # the rise is a per-model note of the one test, beside the source's own unstarred row
-    assert "per-model note: smollm2's ECE rises under the merged form beyond its interval" in row.value
+    assert row.holds is True and "guessing" not in row.value
+    assert "smollm2 0.328 → 0.563 (0.58× [0.55, 0.61], merged accuracy 0.235, mean confidence 0.80)" in row.value
+    assert "gemma 0.382 → 0.110 (3.47× [2.80, 4.60], merged accuracy 0.255, mean confidence 0.36)" in row.value
+    assert ("Rule, the same for every model whatever its accuracy: lower (higher) under the merged form when the "
+            "interval lies above (below) 1; lower for 3 of 4 (gemma, qwen, big), higher for 1 (smollm2)") in row.value
+    assert P.verdict(PAPER.result("whitespace_ece"), row) == (
+        "reproduced at smaller scale (lower for 3 of 4 models, higher for 1)")
     assert "the source's one rise (Qwen 2.5 7B 2.88 → 3.05) carries no significance star" in row.value
     assert "whitespace_ece_reversal" not in {r.id for r in PAPER.results}
-    with_chance = [*ratios[:3], P.CalibrationRatio("smollm2", 0.328, 0.563, 0.58, 0.55, 0.61, 10, 2000,
-                                                   accuracy_merged=0.235, confidence_merged=0.80)]
-    assert ("smollm2's ECE rises under the merged form beyond its interval (accuracy 0.235, mean confidence 0.80"
-            in P.whitespace_ece(PAPER.result("whitespace_ece"), with_chance, 600).value)
     mostly_worse = [ratio("a", 0.1, 0.3, 0.2, 0.5), ratio("b", 0.1, 0.2, 0.3, 0.7), ratio("c", 0.3, 0.1, 2, 4)]
     assert P.whitespace_ece(PAPER.result("whitespace_ece"), mostly_worse, 600).holds is False
     unclear = [ratio("a", 0.1, 0.11, 0.7, 1.3), ratio("b", 0.3, 0.1, 2, 4)]
@@ -363,6 +378,8 @@ def test_accuracy_not_predicting_the_gap_has_no_power_with_four_models():
             [("a", 0.25, 0.15), ("b", 0.29, 0.157), ("c", 0.37, 0.175), ("d", 0.38, 0.173)]]
     row = P.ladder_accuracy_not_predict(gaps)
     assert row.no_power and "smallest attainable p is 0.083" in row.why
+    # issue 47: ρ +0.80 with its exact p, 8 of the 24 orderings of 4 models
+    assert "+0.80 (exact two-sided p = 0.33, all 24 orderings)" in row.value
     # with what the models judged true: a recast where they call statements true regardless cannot test it
     judged = [replace(g, judged_true=t) for g, t in zip(gaps, (1.0, 0.74, 0.9, 0.8))]
     row = P.ladder_accuracy_not_predict(judged)
@@ -386,18 +403,33 @@ def cot(model, ao, c, p_holm, fail, extractor="M6-strict"):
     return P.CotComparison(model, extractor, 67, ao, c, p_holm, p_holm, fail)
 
 
-def test_cot_against_answer_only_is_kept_out_of_the_counts_for_power_not_for_the_parse_failure_rule():
+def test_cot_where_no_model_passes_the_guides_parse_failure_rule_is_not_testable_and_says_what_was_found():
+    """Issue 47: every model's CoT fails to parse on 10–98 % of items, so the guide's statement
+    (CoT below answer-only means truncation) cannot be tested here; the rule fell through to "no
+    power … no significant difference" beside two Holm-significant drops (−23.9 and −28.4 points)."""
+    comparisons = [cot("gemma", 0.313, 0.074, 0.0001, 0.98), cot("qwen-0.5b", 0.403, 0.119, 0.00002, 0.90),
+                   cot("qwen-1.5b", 0.537, 0.448, 0.6, 0.10), cot("smollm2", 0.239, 0.224, 1.0, 0.97)]
+    row = P.cot_vs_answer_only(comparisons, 0.02)
+    assert row.holds is None and not row.no_power
+    assert P.verdict(PAPER.result("cot_vs_answer_only"), row).startswith(P.NOT_HERE)
+    assert row.why == ("the guide's statement is not testable here: no model's CoT passes the guide's own 2% "
+                       "parse-failure rule (M6-strict parse failures 10–98 %), and whether a failure was a truncation "
+                       "is not recorded for the archived generations; found: gemma -23.9 points (Holm p = 0.0001, "
+                       "98% parse failures), qwen-0.5b -28.4 points (Holm p = 2e-05, 90% parse failures): drops where "
+                       "the model cannot follow the answer format")
+    recorded = [replace(c, truncation_recorded=c.model != "gemma") for c in comparisons]
+    assert "is not recorded for gemma;" in P.cot_vs_answer_only(recorded, 0.02).why
+
+
+def test_cot_among_trusted_models_is_kept_out_of_the_counts_for_power():
     from cube.analysis.stats import mcnemar_power
 
-    untrusted = P.cot_vs_answer_only([cot("a", 0.3, 0.06, 0.002, 0.78)], 0.02)
-    assert untrusted.no_power and "2%" not in untrusted.why and "power at n = 67" in untrusted.why
-    assert "CoT parse failures 78.0% above the guide’s 2%" in untrusted.value
     # 67 pairs, 12 discordant: the exact power against +5 and +10 points, computed here independently
-    flat = P.cot_vs_answer_only([replace(cot("q", 0.53, 0.44, 0.3, 0.1), discordant=12)], 0.02)
+    flat = P.cot_vs_answer_only([replace(cot("q", 0.53, 0.44, 0.3, 0.01), discordant=12)], 0.02)
     want5, want10 = mcnemar_power(67, 12 / 67, 0.05), mcnemar_power(67, 12 / 67, 0.10)
     assert f"power at n = 67 is {want5:.2f} to detect +5 points, {want10:.2f} to detect +10 points" in flat.why
-    two = P.cot_vs_answer_only([replace(cot("q", 0.53, 0.44, 0.3, 0.1), discordant=12),
-                                replace(cot("r", 0.3, 0.35, 0.3, 0.1), discordant=30)], 0.02)
+    two = P.cot_vs_answer_only([replace(cot("q", 0.53, 0.44, 0.3, 0.01), discordant=12),
+                                replace(cot("r", 0.3, 0.35, 0.3, 0.01), discordant=30)], 0.02)
     low = mcnemar_power(67, 30 / 67, 0.05)
     assert f"{low:.2f}–{want5:.2f} to detect +5 points" in two.why
     assert "q points the other way" in flat.why and flat.no_power
@@ -407,6 +439,16 @@ def test_cot_against_answer_only_is_kept_out_of_the_counts_for_power_not_for_the
     assert above.holds is True
     lenient_only = P.cot_vs_answer_only([cot("a", 0.4, 0.55, 0.01, 0.0, extractor="M6-lenient")], 0.02)
     assert lenient_only.holds is None and not lenient_only.no_power
+
+
+def test_the_summary_counts_as_tested_only_the_rows_whose_test_ran():
+    """Issue 47: "Of 22 results tested" counted 9 rows not reproducible here."""
+    r = PAPER.result("whitespace_rank")
+    rows = ([P.Row(r, P.Reproduction("v", P.Scale(), True), P.REPRODUCED)] * 4
+            + [P.Row(r, P.Reproduction("v", P.Scale(), None, "x"), f"{P.NOT_HERE} (x)")] * 9
+            + [P.Row(r, P.Reproduction("v", P.Scale(), None, "y", no_power=True), f"{P.NO_POWER} (y)")] * 9)
+    assert P.verdict_summary(rows) == ("Of 22 results that state something testable, 13 were tested here "
+                                       "(4 reproduced, 9 no power at this scale) and 9 are not reproducible here")
 
 
 def test_the_partial_collision_of_a_missing_tokenizer_names_its_substitute():
@@ -431,3 +473,15 @@ def test_the_abstracts_list_of_what_did_not_reproduce_groups_by_verdict():
             P.Row(r, P.Reproduction("v", P.Scale(), True), "reproduced")]
     assert P.not_reproduced_text(rows) == (f"no power at this scale (1): {r.result}. "
                                            f"not reproducible here (1): {r.result}")
+
+
+def test_a_verdict_over_a_pair_of_two_precisions_is_refused_not_marked():
+    """Issue 47: a figure "[mixed: A bfloat16, B float32 precision, compared anyway]" was printed;
+    a verdict now pairs a one-precision rerun or refuses."""
+    from cube.errors import PrecisionMismatch
+
+    mixed = replace(ws("a", 0.01, 1, 0.2), precision="mixed: A bfloat16, B float32")
+    with pytest.raises(PrecisionMismatch, match="pairs two precisions"):
+        P.whitespace_accuracy(PAPER.result("whitespace_accuracy"), [mixed], 600)
+    rerun = replace(mixed, precision="float32 (side B re-run)")
+    assert "[float32 (side B re-run)]" in P.whitespace_accuracy(PAPER.result("whitespace_accuracy"), [rerun], 600).value

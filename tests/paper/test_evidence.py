@@ -40,3 +40,22 @@ def test_a_one_precision_rerun_of_one_side_takes_its_place_in_the_pair():
     from cube.errors import PrecisionMismatch
     with pytest.raises(PrecisionMismatch):
         whitespace_effects(separate, merged, points=5.0, reruns=rerun.slice(0, 7))
+
+
+def test_a_page_pairs_the_one_precision_rerun_or_refuses_the_pair():
+    """Issue 47: the claim-6 page paired the 1.5B's bf16 side with its fp32 side ("compared
+    anyway") beside the paper page's rerun. ``one_precision_pair`` gives both pages one pairing:
+    the rerun's own outcomes where it covers the other side's items, else a refusal."""
+    from cube.errors import PrecisionMismatch
+    from cube.paper.evidence import one_precision_pair
+
+    a, b = slice_in("float32", "en_label_space", flips={2, 3}), slice_in("bfloat16", "en_prompt_space", flips={1})
+    with pytest.raises(PrecisionMismatch):
+        one_precision_pair(a, b)
+    rerun = slice_in("float32", "en_prompt_space", flips={1, 4, 5})
+    pa_, pb, precision = one_precision_pair(a, b, rerun)
+    assert precision == "float32 (side B re-run)"
+    assert pb.column("correct").to_pylist() == [i not in {1, 4, 5} for i in range(8)]
+    assert pa_.column("uid").to_pylist() == pb.column("uid").to_pylist()
+    with pytest.raises(PrecisionMismatch):
+        one_precision_pair(a, b, rerun.slice(0, 7))  # a partial rerun never stands in

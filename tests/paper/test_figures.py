@@ -125,6 +125,9 @@ def test_scorer_accuracy_chart_fits_the_column_with_a_legend():
     bars = spec["layer"][0]["encoding"]
     assert bars["y"]["field"] == "cell" and bars["yOffset"]["field"] == "scorer"
     assert bars["color"]["legend"]["title"] == "scorer"
+    # issue 47: a step height beside the column's width made vega warn "Dropping fit-y"; a fixed
+    # height of 18 px a bar (5 cells × 2 scorers) keeps the bars' size without the warning
+    assert spec["height"] == 18 * 5 * 2
 
 
 CHARTS = {

@@ -1,14 +1,15 @@
-/* Search with snippets from a page opened as a file (file://).
+/* Search with snippets from the build's own text of each page, over file:// and http alike.
  *
  * Sphinx's search shows each result's snippet by fetch()ing the result's page; a page opened
  * from disk may not fetch another file (Chromium: "Cross origin requests are only supported for
  * ..."), so over file:// the results came without snippets and with a console error each. On
- * the search page opened as a file, this script loads the text of every page, which the build
- * wrote beside it (_static/cube-search-pages.js, cube.paper.book), and answers those fetches
- * from it; served over http(s) nothing changes.
+ * the search page this script loads the text of every page, which the build wrote beside it
+ * (_static/cube-search-pages.js, cube.paper.book.search_text: prose and outputs, no notebook
+ * source), and answers those fetches from it, whether the site is opened as files or served.
  */
 (function () {
-  if (location.protocol !== "file:") { return; }
+  // Served over http(s) too: the snippet Sphinx makes from the fetched page held a notebook
+  // cell's Python source (a search for "McNemar", issue 47); the build's text leaves it out.
   var root = new URL(document.documentElement.dataset.content_root || "./", location.href).href;
   var onSearchPage = new URL("search.html", root).href === location.href.split(/[?#]/)[0];
   if (!onSearchPage || !window.fetch) { return; }
