@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from cube.commands.extras import declare
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -18,6 +20,7 @@ def register(subparsers) -> None:
     p.add_argument("--plan", type=Path, help="a `cube plan` folder: merge its jobs' stores, each checked against "
                    "the plan (every planned shard once, one configuration, one code and software version)")
     p.set_defaults(func=run)
+    declare(p, ("pyarrow",))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from cube.commands.extras import declare
 from cube.commands.options import comma_list, parse_comma_list
 
 SLICE_OPTIONS = (
@@ -59,6 +60,7 @@ def register(subparsers) -> None:
     # anyway (with a warning per cell), so a script can pass the flag to every reader alike
     add_allow_incomplete(parser)
     parser.set_defaults(func=run)
+    declare(parser, ("pyarrow",))
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:

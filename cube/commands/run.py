@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from cube.commands.extras import declare
 from cube.commands.options import comma_list, random_seed
 from cube.errors import ConfigError
 from cube.harness.backends import BACKENDS
@@ -96,6 +97,7 @@ def register(subparsers) -> None:
     served.add_argument("--concurrency", type=int, help="requests in flight at once (default 4)")
     served.add_argument("--request-timeout", type=float, metavar="S", help="seconds per request (default 120)")
     p.set_defaults(func=run)
+    declare(p, _needs)
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -149,6 +151,12 @@ def print_scores(out: Path, spec) -> None:
               f"{r['tie_rate']:>6.1%} {r['parse_failure_rate']:>10.1%} {_share(r['within_noise_rate']):>8}")
     for warning in result.warnings:
         print(warning)
+
+
+def _needs(args: argparse.Namespace) -> tuple[str, ...]:
+    """The modules a run needs before it starts: the store's pyarrow, and torch with transformers for
+    a model run here (a served model needs neither; vLLM's own environment is checked apart)."""
+    return ("pyarrow", "torch", "transformers") if args.backend == "hf" else ("pyarrow",)
 
 
 def run(args: argparse.Namespace) -> int:
