@@ -88,9 +88,10 @@ def _silence_stdout() -> None:
 def main(argv: list[str] | None = None) -> int:
     choose_wait_policy()  # before anything loads torch: libgomp reads it once (cube.harness.threads)
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    command = command_name(parser, argv)
+    command = ""
     try:
+        parser = build_parser()
+        command = command_name(parser, argv)
         args = parser.parse_args(argv)  # a list option's ConfigError (cube.commands.options)
         check_extras(args, command)  # a missing extra: one line before the command starts
         status = int(args.func(args) or 0)

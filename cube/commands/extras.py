@@ -21,9 +21,10 @@ EXTRA_OF: dict[str, str] = {
     "transformers": "audit",  # hf: tokenizer sources; the harness's models
     "pyarrow": "analysis", "scipy": "analysis", "opencc": "analysis",
     "torch": "harness", "safetensors": "harness", "gguf": "harness", "accelerate": "harness",
-    "papermill": "book", "jupytext": "book", "ipykernel": "book", "nbformat": "book", "nbclient": "book",
+    "papermill": "book", "jupytext": "book", "ipykernel": "book",
     "jupyter_book": "book", "altair": "book", "vl_convert": "book", "websocket": "book",
 }
+
 
 class MissingExtra(CubeError):
     """A module of one of cube's pip extras is not installed in this environment."""
