@@ -3,8 +3,9 @@
 Every CubeError becomes one line on stderr and exit status 2 (argparse's own errors keep theirs).
 Two failures of the machine rather than of cube's input are also one line, not a traceback: a
 reader that closes the pipe (``cube rescore --json | head``: exit 141, as a shell reports SIGPIPE)
-and a full disk (exit 2). Nothing else is caught: any other exception is a bug and shows its
-traceback.
+and a full disk (exit 2). A module of one of cube's pip extras that is not installed is one line
+naming the extra (``cube.commands.extras``), checked before the command starts where the command
+declares it. Nothing else is caught: any other exception is a bug and shows its traceback.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import os
 import sys
 
 from cube import __version__
+from cube.commands.extras import check as check_extras
+from cube.commands.extras import command_name, missing_extra
 from cube.errors import CubeError
 from cube.harness.threads import choose_wait_policy
 
@@ -85,13 +88,24 @@ def _silence_stdout() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     choose_wait_policy()  # before anything loads torch: libgomp reads it once (cube.harness.threads)
+    argv = sys.argv[1:] if argv is None else argv
+    command = ""
     try:
-        args = build_parser().parse_args(argv)  # a list option's ConfigError (cube.commands.options)
+        parser = build_parser()
+        command = command_name(parser, argv)
+        args = parser.parse_args(argv)  # a list option's ConfigError (cube.commands.options)
+        check_extras(args, command)  # a missing extra: one line before the command starts
         status = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
         return status
     except CubeError as exc:
         print(f"cube: error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        line = missing_extra(exc.name or "", command)
+        if line is None:  # not a module of cube's extras: a bug, with its traceback
+            raise
+        print(f"cube: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("cube: interrupted", file=sys.stderr)

@@ -56,5 +56,5 @@ def test_make_analysis_recomputes_the_degeneracy_matrix_and_confirms_it_on_the_a
     out = proc.stdout
     assert "audit matches the frozen prediction data/predictions/audit_frozen.json" in out
     assert re.search(r"^(\d+)/\1 confirmed$", out, re.M)  # every predicted cell of the archive
-    assert "smollm2 {'L1_halfwidth': 'max1tok', 'L2_fullwidth': 'DEGEN'" in out
+    assert "\nsmollm2          max1tok       DEGEN         DEGEN      DEGEN\n" in out
     assert "WARNING: tie-breaks decide 100.0% (600/600)" in out  # the DEGEN cells' accuracy, flagged

@@ -67,6 +67,21 @@ NO_LABEL_TOKENS = "not applicable (e.g. a generation scores no label tokens)"
 FACTORS = ("sample", "aggregation", "parse_failure", "tie_break", "precision_noise", *PROTOCOL_FACTORS,
            "remainder")
 NOT_IDENTIFIABLE = "not identifiable from these records"
+# The status of a factor one side recorded nothing of (a server's chat template, an import's
+# precision): it said "no difference", which the records cannot show.
+UNKNOWN = "unknown: a side did not record it"
+# How to get a third slice that differs from A in one factor alone, with cube's own options (the
+# advice named a cue of the prompt's whatever differed, a scorer's normalisation included).
+SEPARATE_BY = {
+    "model": "cube run --model with B's model and A's other options",
+    "prompt_bytes": "cube run with B's prompt as an answer context of your own (--cues, CUBE_CONFIG_DIR)",
+    "exemplars": "cube run --shots with B's number of exemplars",
+    "chat_template": "cube run --chat-template none,model",
+    "label_tokenization": "cube run --label-sets with B's labels",
+    "scorer_normalisation": "cube rescore of one store under each scorer (--scorer M1-seq, M2..M5 on one cloze pass)",
+    "extractor": "cube rescore of one M6 store under --scorer M6-strict and --scorer M6-lenient",
+    "precision": "cube run --dtype with B's precision",
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -304,8 +319,8 @@ def _classes(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray, discordan
             parts.append(f"the records do not say whether they differ in {' and '.join(unknown)}")
         apart = differing + unknown
         if len(apart) > 1:  # what would separate them: a run that changes one alone
-            parts.append(f"a third slice that differs from A in {apart[0]} alone separates the factors (e.g. cube "
-                         "run with the other harness's prompt as a cue of its own); explain it against A and B")
+            parts.append(f"a third slice that differs from A in {apart[0]} alone separates the factors "
+                         f"(e.g. {SEPARATE_BY[apart[0]]}); explain it against A and B")
         notes["remainder"] = f"{NOT_IDENTIFIABLE}: {'; '.join(parts)}"
         notes.update({d: NOT_IDENTIFIABLE for d in differing + unknown})
     else:
@@ -398,6 +413,8 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
                 status = "same decisions, by its store's audit"
             elif name in OPTIONAL_FACTORS and protocol[name]["status"] == "unknown":
                 detail = f"A {protocol[name]['a'] or 'not recorded'}; B {protocol[name]['b'] or 'not recorded'}"
+                if status == "no difference":
+                    status = UNKNOWN
             elif status == "no difference" and protocol[name]["status"] not in ("same", NOT_APPLICABLE):
                 status = (NOT_IDENTIFIABLE if notes.get(name) == NOT_IDENTIFIABLE
                           else "differs; changes no item's outcome")
@@ -417,8 +434,10 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
         elif name == "precision_noise":
             from cube.analysis.noise import DECISION_NOISE
 
-            detail = ", ".join(f"{side} {d}: margin <= {DECISION_NOISE[d]:.3g}" for side, d in
-                               (("A", a.dtype), ("B", b.dtype)) if d in DECISION_NOISE) or "precision not recorded"
+            detail = ", ".join(f"{side} {d}: margin <= {DECISION_NOISE[d]:.3g}" if d in DECISION_NOISE else
+                               f"{side} precision not recorded" for side, d in (("A", a.dtype), ("B", b.dtype)))
+            if status == "no difference" and not {a.dtype, b.dtype} <= set(DECISION_NOISE):
+                status = UNKNOWN  # a side's close decisions cannot be told: not "no difference"
         elif name == "tie_break":
             detail = (f"audit: A {a.protocol.audit_verdict or 'not audited'}, "
                       f"B {b.protocol.audit_verdict or 'not audited'}")

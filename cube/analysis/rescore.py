@@ -318,6 +318,29 @@ def tie_warnings(counts: SubjectCounts, threshold: float = TIE_WARNING) -> list[
     return warnings
 
 
+# A cell more than half of whose decisions a change of layout alone could flip: warned, as ties are.
+NOISE_WARNING = 0.5
+
+
+def noise_warnings(counts: SubjectCounts, threshold: float = NOISE_WARNING) -> list[str]:
+    """One warning per cell most of whose decisions are within its precision's noise (``in-noise``):
+    a 135M model in bf16 had 60-87 % of them so and nothing said what to do (issue 45)."""
+    if counts.n_within_noise is None:
+        return []
+    n = np.bincount(counts.cell, weights=counts.n, minlength=len(counts.cells))
+    within = np.bincount(counts.cell, weights=counts.n_within_noise, minlength=len(counts.cells))
+    warnings = []
+    for index, key in enumerate(counts.cells):
+        if np.isfinite(within[index]) and within[index] > threshold * n[index]:
+            cell = ", ".join(f"{name}={value}" for name, value in zip(CELL_COLUMNS, key))
+            warnings.append(
+                f"WARNING: {within[index] / n[index]:.1%} ({int(within[index])}/{int(n[index])}) of the decisions in "
+                f"{cell} are within its precision's measured noise (a change of batch layout alone can flip them); "
+                "score it again with --dtype float32, whose noise is 10,000 times smaller"
+            )
+    return warnings
+
+
 def rescore(
     table: pa.Table,
     level: str = "subject",
@@ -341,7 +364,8 @@ def rescore(
     else:
         rows = np.arange(len(counts.subject), dtype=np.int64)
         parts = _aggregate(counts, rows, ["all"] * len(rows), "overall", confidence)
-    return Rescored(_concat(parts, named), parse_failure_warnings(counts) + tie_warnings(counts))
+    return Rescored(_concat(parts, named),
+                    parse_failure_warnings(counts) + tie_warnings(counts) + noise_warnings(counts))
 
 
 def calibration(

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from cube.commands.extras import declare
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -44,6 +46,7 @@ def register(subparsers) -> None:
                          help="let the notebooks read stores whose cells lack shards their configuration "
                               "promises (a killed or unfinished run) instead of failing")
     execute.set_defaults(func=run_execute)
+    declare(execute, ("papermill", "jupytext", "ipykernel"))
 
     build = actions.add_parser("build", help="jupyter-book build --all, with local vega and MathJax")
     build.add_argument("--no-strict", dest="strict", action="store_false",
@@ -51,6 +54,7 @@ def register(subparsers) -> None:
     build.add_argument("--out", type=Path, default=None, metavar="DIR",
                        help="write the site to DIR/_build/html (default: _build/html in the repository)")
     build.set_defaults(func=run_build)
+    declare(build, ("jupyter_book",))
 
 
 def parse_params(items: list[str]) -> dict:

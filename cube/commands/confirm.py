@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 
+from cube.commands.extras import declare
 from cube.commands.rescore import add_allow_incomplete, add_common_options, load
 
 
@@ -37,6 +38,7 @@ def register(subparsers) -> None:
     add_common_options(parser)
     add_allow_incomplete(parser)
     parser.set_defaults(func=run)
+    declare(parser, ("pyarrow",))
 
 
 def nothing_predicted(records, report, prediction, families) -> str:

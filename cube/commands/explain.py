@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 
+from cube.commands.extras import declare
 from cube.commands.rescore import add_allow_incomplete, incomplete_warnings
 
 
@@ -46,6 +47,7 @@ def register(subparsers) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_allow_incomplete(parser)
     parser.set_defaults(func=run)
+    declare(parser, ("pyarrow",))
 
 
 def _pct(x: float) -> str:

@@ -102,11 +102,14 @@ def _size(n: int | None) -> str:
 
 
 def print_plan(plan, out=None) -> None:
-    """Per model: jobs, items, cells, records, disk and the largest job's memory and GPU memory."""
+    """Per model: jobs, the largest job's items, cells, records, disk and the largest job's memory
+    and GPU memory; a last line says what each column counts. The items column was headed
+    ``items`` and its total was the sample's size, beside rows that gave the largest job's: read
+    together, they seemed to say that each model scored fewer items than the run."""
     out = out if out is not None else sys.stdout  # read at call time: a caller may have replaced it
-    print(f"{'model':<32} {'jobs':>5} {'items':>6} {'cells':>5} {'records':>10} {'disk':>10} "
+    print(f"{'model':<32} {'jobs':>5} {'items/job':>9} {'cells':>5} {'records':>10} {'disk':>10} "
           f"{'memory/job':>11} {'GPU/job':>9}", file=out)
-    totals = [0, 0, 0]
+    totals = [0, 0, 0, 0, 0]
     for model in plan.models:
         jobs = [j for j in plan.jobs if j.model == model]
         cells = {c for j in jobs for c in j.cells}
@@ -115,13 +118,17 @@ def print_plan(plan, out=None) -> None:
         memory = max(j.resources.memory_bytes for j in jobs)
         gpu = max((j.resources.gpu_memory_bytes or 0) for j in jobs) or None
         mark = " *" if model in plan.stand_ins else ""
-        print(f"{model + mark:<32} {len(jobs):>5} {max(j.items for j in jobs):>6} {len(cells):>5} {rows:>10,} "
+        largest = max(j.items for j in jobs)
+        print(f"{model + mark:<32} {len(jobs):>5} {largest:>9} {len(cells):>5} {rows:>10,} "
               f"{_size(disk):>10} {_size(memory):>11} {_size(gpu):>9}", file=out)
-        totals[0] += len(jobs)
-        totals[1] += rows
-        totals[2] += disk
-    print(f"{'total':<32} {totals[0]:>5} {plan.n_items:>6} {len(plan.cell_configs):>5} {totals[1]:>10,} "
-          f"{_size(totals[2]):>10}", file=out)
+        totals = [totals[0] + len(jobs), max(totals[1], largest), totals[2] + len(cells), totals[3] + rows,
+                  totals[4] + disk]
+    print(f"{'total':<32} {totals[0]:>5} {totals[1]:>9} {totals[2]:>5} {totals[3]:>10,} {_size(totals[4]):>10}",
+          file=out)
+    print(f"columns: jobs, the model's array tasks; items/job, the most items one job scores (whole chunks of "
+          f"--shard-size, for its cells); the sample is {plan.n_items} items a model; cells, the cells a model "
+          "writes (label, generation, cloze, judgement); records, the rows they write; memory/job and GPU/job, "
+          "the largest job's", file=out)
     if plan.stand_ins:
         print(f"* not here: planned from {len(plan.stand_ins)} stand-in(s) with a demo model's items and cells; "
               "sizes from the name (nominal)", file=out)

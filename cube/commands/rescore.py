@@ -21,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from cube.commands.extras import declare
 from cube.commands.options import comma_list, parse_comma_list
 
 SLICE_OPTIONS = (
@@ -29,11 +30,21 @@ SLICE_OPTIONS = (
 )
 
 
+# What the accuracy table's share columns mean: its footer in `cube rescore` and `cube run`, and
+# their --help. The bounds are cube.analysis.noise.DECISION_NOISE's (a test holds them equal; not
+# imported here: --help must not need pyarrow).
+IN_NOISE_MEANS = ("in-noise: the share of a cell's decisions whose margin (top score minus the runner-up) is within "
+                  "its precision's measured noise, so that a change of batch layout alone can flip them (bf16 0.454 "
+                  "nats, fp32 3.3e-5; ties and generations apart; '-' not known); most of them so: score in float32 "
+                  "(--dtype float32)")
+COLUMNS_MEAN = f"tied: decisions a tie-break made; parse-fail: generations no extractor could read; {IN_NOISE_MEANS}"
+
+
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "rescore",
         help="accuracy with 95%% intervals of any slice of stored records (no model needed)",
-        description=__doc__.splitlines()[0],
+        description=__doc__.splitlines()[0], epilog=COLUMNS_MEAN.replace("%", "%%"),
     )
     parser.add_argument("records", help="records folder (holds MANIFEST.json)")
     for dest, flag in SLICE_OPTIONS:
@@ -59,6 +70,7 @@ def register(subparsers) -> None:
     # anyway (with a warning per cell), so a script can pass the flag to every reader alike
     add_allow_incomplete(parser)
     parser.set_defaults(func=run)
+    declare(parser, ("pyarrow",))
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
@@ -253,4 +265,5 @@ def run(args: argparse.Namespace) -> int:
         print(format_rows(result.rows.to_pylist()))
         for warning in warnings:
             print(warning)
+        print(COLUMNS_MEAN)
     return 0

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from cube.commands.extras import declare
 from cube.commands.options import comma_list, random_seed
 from cube.errors import ConfigError
 from cube.harness.backends import BACKENDS
@@ -25,7 +26,10 @@ def scorers_help() -> str:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("run", help="score a model under protocol cells; resumable Parquet records")
+    from cube.commands.rescore import COLUMNS_MEAN
+
+    p = subparsers.add_parser("run", help="score a model under protocol cells; resumable Parquet records",
+                              epilog="the closing table, one row per cell: " + COLUMNS_MEAN.replace("%", "%%"))
     p.add_argument("--model", required=True,
                    help="a demo model name (config/models.yaml demo_models), a Hugging Face folder, a .gguf file, "
                         "or hf:ORG/NAME@<40-hex commit> (README: Your own model)")
@@ -98,6 +102,7 @@ def register(subparsers) -> None:
     p.add_argument("--report", type=Path, default=None, metavar="DIR",
                    help="after the run, build `cube report` of the store into DIR (an offline site)")
     p.set_defaults(func=run)
+    declare(p, _needs)
 
 
 def finish(out: Path, report: Path | None) -> None:
@@ -143,28 +148,52 @@ def build_spec(args: argparse.Namespace):
 
 def print_scores(out: Path, spec) -> None:
     """Each cell's score of this run's model and scorers in the store, with its shares of tied
-    decisions and parse failures beside it (issue 36 §4): a run ends with its results, as every other
-    harness's does, and a tie-break's accuracy never stands as a plain number. The same warnings as
-    ``cube rescore`` follow."""
+    decisions, parse failures and decisions within the precision's noise beside it (issue 36 §4):
+    a run ends with its results, as every other harness's does, and a tie-break's accuracy never
+    stands as a plain number. The same warnings as ``cube rescore`` follow, then what the columns
+    mean. A generation scorer's cells are its records' (M6 writes M6-strict and M6-lenient): they
+    were left out, selected by the scorer's name. The cell column is as wide as its longest cell."""
     from cube.analysis.rescore import rescore, select
+    from cube.protocol.scorers import SCORERS
     from cube.records.store import read_records
 
-    from cube.commands.rescore import _share, with_noise_marks
+    from cube.commands.rescore import COLUMNS_MEAN, _share, with_noise_marks
 
-    table = select(read_records(out, verify=False, allow_incomplete=True), model=spec.model,
-                   scorer=list(spec.scorers))
+    recorded = list(dict.fromkeys(name for scorer in spec.scorers for name in SCORERS[scorer].records))
+    table = select(read_records(out, verify=False, allow_incomplete=True), model=spec.model, scorer=recorded)
     if table.num_rows == 0:
         return
     result = rescore(with_noise_marks(table, str(out)), level="overall")
-    print(f"{'cell':<58} {'n':>5} {'acc':>6}  {'95% CI':<15} {'tied':>6} {'parse-fail':>10} {'in-noise':>8}")
-    for r in result.rows.to_pylist():
-        if r["aggregation"] != "micro":
-            continue
-        cell = f"{r['model']} {r['scorer']} {r['label_set']} {r['context']} {r['shots']}-shot {r['order']}"
-        print(f"{cell:<58} {r['n']:>5} {r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] "
+    rows = [r for r in result.rows.to_pylist() if r["aggregation"] == "micro"]
+    cells = [f"{r['model']} {r['scorer']} {r['label_set']} {r['context']} {r['shots']}-shot {r['order']}" for r in rows]
+    width = max(len("cell"), *map(len, cells))
+    print(f"{'cell':<{width}} {'n':>5} {'acc':>6}  {'95% CI':<15} {'tied':>6} {'parse-fail':>10} {'in-noise':>8}")
+    for cell, r in zip(cells, rows):
+        print(f"{cell:<{width}} {r['n']:>5} {r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] "
               f"{r['tie_rate']:>6.1%} {r['parse_failure_rate']:>10.1%} {_share(r['within_noise_rate']):>8}")
     for warning in result.warnings:
         print(warning)
+    print(COLUMNS_MEAN)
+
+
+def cell_count(spec) -> str:
+    """``3 cells (1 label, 1 gen, 1 cloze)``: every cell the run writes, the fixed cloze and
+    judgement cells and each generation cell included (the line counted label cells alone)."""
+    from collections import Counter
+    from dataclasses import replace
+
+    from cube.harness.runner import plan_jobs
+
+    every = plan_jobs(replace(spec, shard=(0, 1)))  # every cell, whichever shard this process runs
+    kinds = Counter(kind for kind, _ in dict.fromkeys((j.kind, j.cell_name) for j in every))
+    total = sum(kinds.values())
+    return f"{total} cell{'s' if total != 1 else ''} ({', '.join(f'{n} {kind}' for kind, n in kinds.items())})"
+
+
+def _needs(args: argparse.Namespace) -> tuple[str, ...]:
+    """The modules a run needs before it starts: the store's pyarrow, and torch with transformers for
+    a model run here (a served model needs neither; vLLM's own environment is checked apart)."""
+    return ("pyarrow", "torch", "transformers") if args.backend == "hf" else ("pyarrow",)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -196,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
         for line in degenerate_warnings(spec) + option_warnings(list(spec.items)):
             print(f"WARNING: {line}", file=sys.stderr)
         dtype = spec.settings.dtype
-        print(f"{spec.model}: {len(spec.items)} items x {len(spec.cells)} cells, {len(plan.todo)} shards to run, "
+        print(f"{spec.model}: {len(spec.items)} items x {cell_count(spec)}, {len(plan.todo)} shards to run, "
               f"{plan.done} already done (config {spec.config_hash()}); {dtype} ({spec.settings.dtype_reason}); "
               f"model {spec.settings.model_source}, sha256 {spec.settings.model_sha256[:16]}...",
               file=sys.stderr)

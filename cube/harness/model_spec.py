@@ -278,13 +278,17 @@ def _hub_folder(spec: ModelSpec) -> Path:
     patterns = HUB_PATTERNS + (["*.py"] if spec.trust_remote_code else [])
     cached = hub_cache() / f"models--{spec.repo.replace('/', '--')}" / "snapshots" / str(spec.revision)
     if not cached.is_dir():  # a snapshot in the cache needs no network
-        from cube.tokenizers.sources import check_hub_reachable
+        from cube.tokenizers.sources import check_hub_reachable, hub_offline
 
+        if hub_offline():  # huggingface_hub's own words were a paragraph, cut mid-sentence here
+            raise SourceError(f"{spec.text}: HF_HUB_OFFLINE is set and the Hub cache ({hub_cache()}) holds no snapshot "
+                              f"of {spec.repo} at {spec.revision}; unset HF_HUB_OFFLINE to download it once, or give "
+                              "--model DIR, a folder with its files")
         check_hub_reachable(spec.text)
     try:
         path = snapshot_download(spec.repo, revision=spec.revision, cache_dir=hub_cache(), allow_patterns=patterns)
-    except Exception as exc:  # network, auth, missing repo or revision, offline without the snapshot
-        first = (str(exc).splitlines() or ["?"])[0][:160]
+    except Exception as exc:  # network, auth, missing repo or revision
+        first = " ".join(str(exc).split()) or "?"  # whole, on one line: a cut sentence says nothing
         raise SourceError(f"{spec.text}: cannot get it from the Hugging Face Hub ({type(exc).__name__}: {first})") from None
     folder = Path(path)
     check_folder(folder, spec.trust_remote_code)

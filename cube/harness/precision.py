@@ -107,7 +107,11 @@ def check_device(device: str) -> str:
 
     Checked before any item or model loads: ``--device bogus`` raised torch's RuntimeError and
     ``--device cuda`` on a CPU build an AssertionError, each a traceback after the model was read.
+    The CPU is every build's: no torch is imported for it (``cube plan make --dry-run`` plans on a
+    machine without torch).
     """
+    if device == "cpu":
+        return device
     import torch
 
     try:

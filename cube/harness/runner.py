@@ -493,8 +493,11 @@ def resume_plan(spec: RunSpec, out: Path) -> ResumePlan:
     """
     from cube.records.store import MANIFEST_NAME, check_cells, read_manifest, rows_per_item, shard_problem
 
+    from cube.harness.served_resume import check_served_identity
+
     configs = cell_configs(spec)
     check_model_files(out, spec)
+    check_served_identity(out, spec)  # a changed --revision named as such, not as a digest
     check_benchmark_file(out, spec)
     check_cells(out, configs, STORE_FIELDS)
     listed = read_manifest(out)["files"] if (out / MANIFEST_NAME).exists() else {}
@@ -667,8 +670,11 @@ def _run_locked(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | 
 
     t0 = time.perf_counter()
     if plan is None:
+        from cube.harness.served_resume import check_served_identity
+
         preflight(spec)
         check_model_files(out, spec)
+        check_served_identity(out, spec)
         check_benchmark_file(out, spec)
         check_cells(out, cell_configs(spec), STORE_FIELDS)  # each cell is checked again with its first shard
     create_store(out)

@@ -10,6 +10,14 @@ or half-written after its run is refused, not copied. Run logs (``runlog.jsonl``
 concatenated, each line once.
 
 The output may be one of the inputs (merge the others into it); re-running a merge is a no-op.
+
+Without a plan (``cube merge --plan``), the run logs say which ``--shard K/N`` each store holds:
+for each model and run configuration (its ``config_hash``), every K of one N must be there once.
+Two stores of shard 0/2 alone merged with rc 0 and no word, and only a later reader found the
+gap; now a missing K, a K in two stores (different runs: no run-log line in common) and two
+different N are refused by name before anything is written, and ``allow_incomplete`` writes a
+merge that lacks some K marked incomplete (its manifest's ``incomplete`` lines, which every
+reader repeats and refuses without ``--allow-incomplete``).
 """
 
 from __future__ import annotations
@@ -57,8 +65,74 @@ def _merged_metadata(into: dict[str, Any], other: dict[str, Any], where: Path) -
         into[key] = value
 
 
-def plan_merge(out: Path, sources: Sequence[Path]) -> MergePlan:
-    """Every shard to copy and the output's new manifest, checked for conflicts; nothing written."""
+@dataclass(frozen=True)
+class ShardRun:
+    """One ``cube run --shard K/N`` process as a store's run log records it."""
+
+    model: str
+    config_hash: str | None  # None in run logs that predate it: all such runs of a model are one
+    index: int  # K
+    count: int  # N
+    store: Path
+    line: str  # the run-log line itself: the same line in two stores is one run copied (a merge's output)
+
+
+def _shard_runs(store: Path) -> list[ShardRun]:
+    runs = []
+    for log in sorted(store.glob(f"*/{RUNLOG}")):
+        for line in read_text(log, RecordsError, "run log").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # not ours to judge here: the merge copies run logs as they are
+            index, _, count = str(entry.get("shard") or "").partition("/") if isinstance(entry, dict) else ("", "", "")
+            if index.isdigit() and count.isdigit():
+                runs.append(ShardRun(str(entry.get("model") or log.parent.name), entry.get("config_hash"),
+                                     int(index), int(count), store, line))
+    return runs
+
+
+def shard_gaps(stores: Sequence[Path]) -> list[str]:
+    """One line per shard K/N that the stores' run logs promise and none holds (the merge's marks);
+    a K held by two different runs, or two N for one run, raises a RecordsError naming them."""
+    by_run: dict[tuple[str, str | None], list[ShardRun]] = {}
+    for store in stores:
+        for run in _shard_runs(store):
+            by_run.setdefault((run.model, run.config_hash), []).append(run)
+    gaps = []
+    for (model, config_hash), runs in sorted(by_run.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        what = f"{model}" + (f" (run {config_hash[:12]})" if config_hash else "")
+        counts = sorted({r.count for r in runs})
+        if len(counts) > 1:
+            where = "; ".join(f"{r.index}/{r.count} in {r.store}" for r in sorted(runs, key=lambda r: (r.count, r.index)))
+            raise RecordsError(f"{what}: shards of --shard K/N with different N ({', '.join(map(str, counts))}): "
+                               f"{where}; merge the stores of one N")
+        (count,) = counts
+        for index in range(count):
+            holders: dict[Path, set[str]] = {}
+            for r in runs:
+                if r.index == index:
+                    holders.setdefault(r.store, set()).add(r.line)
+            stores_of = list(holders)
+            for i, a in enumerate(stores_of):
+                for b in stores_of[i + 1:]:
+                    if not holders[a] & holders[b]:
+                        raise RecordsError(f"{what}: shard {index}/{count} is in both {a} and {b} (two runs of "
+                                           "one shard); merge one of them")
+        missing = sorted(set(range(count)) - {r.index for r in runs})
+        if missing:
+            gaps.append(f"{what}: shard{'s' if len(missing) > 1 else ''} "
+                        f"{', '.join(f'{k}/{count}' for k in missing)} missing from the merge")
+    return gaps
+
+
+def plan_merge(out: Path, sources: Sequence[Path], check_shards: bool = True,
+               allow_incomplete: bool = False) -> MergePlan:
+    """Every shard to copy and the output's new manifest, checked for conflicts; nothing written.
+
+    ``check_shards``: every ``--shard K/N`` the run logs promise must be merged once (``shard_gaps``;
+    a ``cube plan`` merge checks its planned shards instead); with ``allow_incomplete`` a missing K
+    is a line of the manifest's ``incomplete`` mark, not an error."""
     if not sources:
         raise RecordsError("merge needs at least one input folder")
     for src in sources:
@@ -101,6 +175,15 @@ def plan_merge(out: Path, sources: Sequence[Path]) -> MergePlan:
                     "these folders come from different runs"
                 )
     plan.manifest["synthetic"] = bool(plan.manifest["synthetic"])
+    if check_shards:
+        gaps = shard_gaps(list(dict.fromkeys(stores)))
+        if gaps and not allow_incomplete:
+            more = f" (and {len(gaps) - 1} more)" if len(gaps) > 1 else ""
+            raise RecordsError(f"{gaps[0]}{more}; add the missing shard's `cube run --out` folder, or merge with "
+                               "--allow-incomplete for a store marked incomplete")
+        if gaps:
+            plan.manifest["incomplete"] = sorted({*plan.manifest.get("incomplete", []),
+                                                  *(f"{gap} (cube merge --allow-incomplete)" for gap in gaps)})
     for model in sorted({name.split("/", 1)[0] for name in plan.manifest["files"]}):
         lines: list[str] = []
         for store in [out, *sources]:
@@ -114,7 +197,8 @@ def plan_merge(out: Path, sources: Sequence[Path]) -> MergePlan:
     return plan
 
 
-def merge_runs(out: Path, sources: Sequence[Path], progress: bool = True) -> MergePlan:
+def merge_runs(out: Path, sources: Sequence[Path], progress: bool = True, check_shards: bool = True,
+               allow_incomplete: bool = False) -> MergePlan:
     """Copy every shard of ``sources`` into the store ``out``, after checking them all.
 
     Shards are written first (each atomically), then the manifest: a merge killed half-way
@@ -127,9 +211,10 @@ def merge_runs(out: Path, sources: Sequence[Path], progress: bool = True) -> Mer
 
     from cube.records.store import writer_lock
 
-    plan_merge(out, sources)  # every input checked before the output folder is touched
+    options = {"check_shards": check_shards, "allow_incomplete": allow_incomplete}
+    plan_merge(out, sources, **options)  # every input checked before the output folder is touched
     with writer_lock(out):
-        plan = plan_merge(out, sources)
+        plan = plan_merge(out, sources, **options)
         for name, src in tqdm(sorted(plan.copies.items()), desc="merge", unit="shard", disable=not progress):
             atomic_write_bytes(out / name, src.read_bytes())
         for model, lines in plan.runlogs.items():
@@ -138,4 +223,4 @@ def merge_runs(out: Path, sources: Sequence[Path], progress: bool = True) -> Mer
     return plan
 
 
-__all__ = ["MergePlan", "merge_runs", "plan_merge"]
+__all__ = ["MergePlan", "ShardRun", "merge_runs", "plan_merge", "shard_gaps"]

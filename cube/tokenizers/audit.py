@@ -196,14 +196,22 @@ def run_audit(tokenizers: dict[str, Encoder], label_sets: list[LabelSet], contex
 # ---- output forms -------------------------------------------------------------------------------
 
 def format_table(cells: list[CellAudit], details: bool = True) -> str:
-    """One block per context, one line per family: ``qwen3 {'L1_halfwidth': 'max1tok', ...}``."""
+    """One block per context: a header row of label sets, then one row per family with each label
+    set's verdict (``max1tok``, ``DEGEN``) in its column. It printed each family's row as a
+    Python dict (``qwen3 {'L1_halfwidth': 'max1tok', ...}``), which a reader had to parse."""
     lines: list[str] = []
     for ctx in dict.fromkeys(c.context for c in cells):
         block = [c for c in cells if c.context == ctx]
         lines.append(f"== context: {ctx}")
-        for family in dict.fromkeys(c.family for c in block):
-            verdicts = {c.label_set: c.verdict for c in block if c.family == family}
-            lines.append(f"{family} {verdicts}")
+        label_sets = list(dict.fromkeys(c.label_set for c in block))
+        families = list(dict.fromkeys(c.family for c in block))
+        verdict = {(c.family, c.label_set): c.verdict for c in block}
+        first = max(len("family"), *map(len, families))
+        widths = [max(len(ls), *(len(verdict.get((f, ls), "-")) for f in families)) for ls in label_sets]
+        lines.append("  ".join([f"{'family':<{first}}", *(f"{ls:<{w}}" for ls, w in zip(label_sets, widths))]).rstrip())
+        for family in families:
+            cells_row = (f"{verdict.get((family, ls), '-'):<{w}}" for ls, w in zip(label_sets, widths))
+            lines.append("  ".join([f"{family:<{first}}", *cells_row]).rstrip())
         for c in block:
             if c.boundary_merge:
                 lines.append(f"  ! {c.family} {c.label_set}: label(s) {', '.join(c.boundary_merge)} merge across the prompt boundary")

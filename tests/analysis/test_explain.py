@@ -93,7 +93,9 @@ def test_a_pair_with_no_difference_explains_zero(tmp_path):
     e = explained(path, path)
     assert e.gap == 0 and e.n_common == len(UIDS)
     assert all((f.share, f.low, f.high, f.items) == (0, 0, 0, 0) for f in e.factors)
-    assert all(f.status == "no difference" for f in e.factors)
+    # the store records no precision: its factors are unknown, never "no difference" (issue 45)
+    assert {f.name: f.status for f in e.factors if f.status != "no difference"} == {
+        "precision_noise": "unknown: a side did not record it", "precision": "unknown: a side did not record it"}
     assert e.prompt_diff == [] and e.table2x2["only_a"] == e.table2x2["only_b"] == 0
 
 
@@ -409,6 +411,21 @@ def test_precision_is_named_when_the_slices_differ_in_it_and_close_flips_are_noi
     assert e.factor("precision_noise").items == 2 and e.factor("remainder").items == len(changed) - 2
 
 
+
+def test_issue45_a_precision_one_side_did_not_record_is_unknown_not_no_difference(tmp_path):
+    """A store whose manifest says no precision (a server, an import) against one in float32: the
+    precision and its noise read "no difference", which nothing recorded can show."""
+    from cube.analysis.explain import UNKNOWN
+
+    recs = [record(uid=u, pred=0, scores=scores_for(0), **TOKENS) for u in UIDS]
+    e = _explained_recorded(store(tmp_path, "unrecorded", recs), _store_in(tmp_path, "fp32", recs, "float32"))
+    assert e.protocol["precision"]["status"] == "unknown"
+    assert e.factor("precision").status == UNKNOWN and e.factor("precision_noise").status == UNKNOWN
+    assert e.factor("precision_noise").detail == "A precision not recorded, B float32: margin <= 3.3e-05"
+    both = _explained_recorded(_store_in(tmp_path, "a32", recs, "float32"), _store_in(tmp_path, "b32", recs, "float32"))
+    assert both.factor("precision").status == both.factor("precision_noise").status == "no difference"
+
+
 # The extractor, exemplar content and degenerate sides (issue 34 §3, §4)
 # --------------------------------------------------------------------------------------------
 
@@ -553,3 +570,22 @@ def test_agg_harness_on_a_store_that_does_not_say_is_refused(tmp_path):
     write_records(tmp_path / "x", table(recs), metadata={"source": "elsewhere", "elsewhere": {}})
     with pytest.raises(ConfigError, match=r"agg=harness, but its store does not say how elsewhere averages"):
         explained(f"{tmp_path / 'x'}:agg=harness", str(tmp_path / "x"))
+
+
+def test_issue45_each_separating_advice_names_a_command_and_options_it_has():
+    """The remainder's advice named "a cue of its own" whatever differed (a scorer's normalisation
+    included); each factor's advice now names the command and options that vary it alone."""
+    import argparse
+    import re
+
+    from cube.analysis.explain import PROTOCOL_FACTORS, SEPARATE_BY
+    from cube.cli import build_parser
+
+    assert set(SEPARATE_BY) == set(PROTOCOL_FACTORS)
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for factor, advice in SEPARATE_BY.items():
+        command = re.match(r"cube (\w+)", advice).group(1)
+        options = {o for a in commands[command]._actions for o in a.option_strings}
+        named = set(re.findall(r"--[a-z-]+", advice))
+        assert named and named <= options, (factor, named - options)
+    assert "cue" not in SEPARATE_BY["scorer_normalisation"]

@@ -19,16 +19,19 @@ def test_human_table_has_one_line_per_family_and_the_default_block_first(capsys)
     assert main(["audit", "--families", "qwen3,gemma3", "--brief"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "== context: zh_cue"
-    assert out[1] == ("qwen3 {'L1_halfwidth': 'max1tok', 'L2_fullwidth': 'max1tok', "
-                      "'L3_ganzhi': 'max1tok', 'L4_circled': 'DEGEN'}")
-    assert out[2].startswith("gemma3 {'L1_halfwidth': 'max1tok'")
+    # a table, not Python dicts (issue 45): a header of label sets, one row of verdicts per family
+    assert out[1].split() == ["family", "L1_halfwidth", "L2_fullwidth", "L3_ganzhi", "L4_circled"]
+    assert out[2].split() == ["qwen3", "max1tok", "max1tok", "max1tok", "DEGEN"]
+    assert out[3].split()[:2] == ["gemma3", "max1tok"] and "{" not in "".join(out)
+    assert out[2].index("DEGEN") == out[1].index("L4_circled")  # each verdict under its label set
 
 
 def test_families_without_a_source_are_skipped_on_stderr(capsys):
     assert main(["audit", "--families", "glm4,qwen3", "--contexts", "zh_cue", "--brief"]) == 0
     captured = capsys.readouterr()
     assert captured.err.startswith("[skip] glm4: ")
-    assert "qwen3 {" in captured.out and "glm4 {" not in captured.out
+    rows = [line.split()[0] for line in captured.out.splitlines()[2:] if line.strip()]
+    assert "qwen3" in rows and "glm4" not in rows
 
 
 def test_json_output_carries_every_label_token(capsys):
@@ -44,7 +47,8 @@ def test_own_tokenizer_file(tmp_path, capsys):
     char_bpe(["X", "A", "B"]).save(str(path))
     assert main(["audit", "--tokenizer", f"mine={path}", "--label-set", "xs=XA,XB",
                  "--label-sets", "L1_halfwidth", "--contexts", "zh_cue", "--brief"]) == 0
-    assert "mine {'L1_halfwidth': " in capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["family", "L1_halfwidth", "xs"] and out[2].split()[0] == "mine"
 
 
 def test_freeze_then_check_and_a_changed_prediction_fails(tmp_path, capsys):
@@ -110,7 +114,7 @@ def test_audit_runs_without_torch():
             "raise SystemExit(main(['audit', '--families', 'qwen3', '--contexts', 'zh_cue', '--brief']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr
-    assert "qwen3 {" in proc.stdout
+    assert proc.stdout.splitlines()[2].split() == ["qwen3", "max1tok", "max1tok", "max1tok", "DEGEN"]
 
 
 @pytest.mark.registry

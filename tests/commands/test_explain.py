@@ -181,7 +181,8 @@ def test_an_unattributed_remainder_says_which_run_would_separate_its_factors(run
     assert "over orders" not in out and "None" not in out
     remainder = out.splitlines()[out.splitlines().index(next(l for l in out.splitlines() if l.startswith("remainder"))) + 1]
     assert "the slices differ in prompt_bytes and label_tokenization" in remainder
-    assert "a third slice that differs from A in prompt_bytes alone separates the factors" in remainder
+    assert ("a third slice that differs from A in prompt_bytes alone separates the factors (e.g. cube run with "
+            "B's prompt as an answer context of your own (--cues, CUBE_CONFIG_DIR))") in remainder
     assert "flips: common items whose right/wrong the factor changes" in out
 
 

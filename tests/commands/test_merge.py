@@ -46,3 +46,35 @@ def test_a_file_as_output_is_one_line_not_a_traceback(tmp_path, capsys):
     out = capsys.readouterr().out.strip()
     assert out.startswith("cube: error: ") and "is not a folder" in out and "\n" not in out
     assert target.read_bytes() == b"x"
+
+
+def test_issue45_a_missing_shard_is_refused_and_allow_incomplete_marks_the_merge(tmp_path, capsys):
+    """``cube merge OUT A`` of one of two ``--shard K/2`` stores was rc 0 and said nothing."""
+    from cube.records.store import read_manifest, unfinished_cells
+
+    write_run(tmp_path / "a", (0, 2))
+    assert main(["merge", str(tmp_path / "out"), str(tmp_path / "a")]) == 2
+    out = capsys.readouterr().out.strip()
+    assert out == ("cube: error: m1: shard 1/2 missing from the merge; add the missing shard's `cube run --out` "
+                   "folder, or merge with --allow-incomplete for a store marked incomplete")
+    assert not (tmp_path / "out").exists()
+    assert main(["merge", str(tmp_path / "out"), str(tmp_path / "a"), "--allow-incomplete"]) == 0
+    assert "WARNING: " in capsys.readouterr().err
+    assert unfinished_cells(read_manifest(tmp_path / "out"))[0] == (
+        "marked incomplete when written: m1: shard 1/2 missing from the merge (cube merge --allow-incomplete)")
+
+
+def test_issue45_a_duplicate_shard_or_two_shard_counts_are_refused_by_name(tmp_path, capsys):
+    write_run(tmp_path / "a", (0, 2))
+    write_run(tmp_path / "b", (1, 2))
+    write_run(tmp_path / "b2", (1, 2))
+    (tmp_path / "b2" / "m1" / "runlog.jsonl").write_text('{"model": "m1", "shard": "1/2", "wall_s": 3}\n')  # a re-run
+    assert main(["merge", str(tmp_path / "out"), str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "b2")]) == 2
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("cube: error: m1: shard 1/2 is in both ") and "\n" not in out
+    assert str(tmp_path / "b2") in out
+    write_run(tmp_path / "c", (1, 3))
+    assert main(["merge", str(tmp_path / "out"), str(tmp_path / "a"), str(tmp_path / "c")]) == 2
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("cube: error: m1: shards of --shard K/N with different N (2, 3): ") and "\n" not in out
+    assert not (tmp_path / "out").exists()

@@ -314,3 +314,90 @@ def test_every_run_option_has_help_that_states_its_default():
             assert shown in action.help or "(default)" in action.help, (action.option_strings[0], action.help)
     sample = next(a for a in run_parser._actions if "--sample" in a.option_strings)
     assert "11,582" in sample.help and RunConfig.default("sample") is None
+
+
+def _store_of(tmp_path, model: str, scorers: tuple[str, ...], margin: float):
+    """A store as a run of ``scorers`` in bf16 leaves it (real shards, the cells' recorded
+    configurations), every label decision won by ``margin`` and every generation parsed but one; no
+    model runs."""
+    from cube.harness.run_config import RunSettings
+    from cube.harness.runner import RunSpec, cell_configs, plan_jobs, write_job_shard
+    from tests.record_tables import record
+    from tests.records.test_merge import CELLS, ITEMS
+
+    spec = RunSpec(model=model, items=ITEMS, cells=CELLS, scorers=scorers, shard_size=4,
+                   settings=RunSettings(dtype="bfloat16"))
+    configs = cell_configs(spec)
+    for job in plan_jobs(spec):
+        rows = []
+        for it in job.items:
+            if job.kind == "gen":
+                for name in ("M6-strict", "M6-lenient"):
+                    pred = -1 if (name == "M6-strict" and it.uid == ITEMS[0].uid) else it.answer
+                    rows.append(record(model=model, uid=it.uid, scorer=name, label_set="L1", gold=it.answer, pred=pred,
+                                       scores=[float("nan")] * 4, tied=False, generation="答案",
+                                       probs=[float(i == pred) for i in range(4)]))
+            else:
+                scores = [-1.0 - 2 * i for i in range(4)]
+                scores[it.answer], scores[(it.answer + 1) % 4] = -1.0, -1.0 - margin
+                scores = [s if i in (it.answer, (it.answer + 1) % 4) else -9.0 - i for i, s in enumerate(scores)]
+                rows.append(record(model=model, uid=it.uid, scorer="M1-seq" if job.kind == "label" else "M2",
+                                   label_set="L1" if job.kind == "label" else "-",
+                                   context="zh_cue" if job.kind == "label" else "cloze", gold=it.answer,
+                                   pred=it.answer, scores=scores))
+        write_job_shard(tmp_path / "out", model, job, rows, config=configs[f"{model}/{job.cell_name}"])
+    return spec
+
+
+def test_issue45_the_closing_table_has_the_generation_cells_wide_names_and_says_what_in_noise_is(tmp_path, capsys):
+    """``cube run``'s closing table left out M6's cells (selected by the scorer's name, not its
+    records'), cut nothing but overflowed its 58-character cell column, never said what ``in-noise``
+    is, and gave no warning where most decisions were within the precision's noise."""
+    from cube.analysis.noise import DECISION_NOISE
+    from cube.commands.run import cell_count, print_scores
+
+    model = "a-model-whose-name-is-longer-than-the-old-column-really-7b-instruct"
+    spec = _store_of(tmp_path, model, ("M1-seq", "M2", "M6"), margin=DECISION_NOISE["bfloat16"] / 2)
+    print_scores(tmp_path / "out", spec)
+    lines = capsys.readouterr().out.splitlines()
+    header, rows = lines[0], lines[1:5]
+    cells = sorted(line[:header.index(" n ") + 1].strip() for line in rows)
+    assert cells == sorted(f"{model} {s}" for s in ("M1-seq L1 zh_cue 0-shot original", "M2 - cloze 0-shot original",
+                                                     "M6-lenient L1 zh_cue 0-shot original",
+                                                     "M6-strict L1 zh_cue 0-shot original"))
+    assert len({line.index("[") for line in rows}) == 1  # every row's columns line up under the header
+    strict = next(line for line in rows if " M6-strict " in line)
+    assert strict.split()[-2:] == [f"{1 / 7:.1%}", "-"]  # parse failures; no margin for a generation
+    label = next(line for line in rows if " M1-seq " in line)
+    assert label.split()[-1] == "100.0%"  # every decision by half the bf16 bound
+    assert any(line.startswith(f"WARNING: 100.0% (7/7) of the decisions in model={model}, benchmark=cmmlu, scorer=M1-seq")
+               and line.endswith("score it again with --dtype float32, whose noise is 10,000 times smaller")
+               for line in lines)
+    assert lines[-1].startswith("tied: decisions a tie-break made; parse-fail: generations no extractor could read; "
+                                "in-noise: the share of a cell's decisions whose margin")
+    assert cell_count(spec) == "3 cells (1 label, 1 gen, 1 cloze)"  # it said "1 cells": label cells alone
+
+
+def test_issue45_no_noise_warning_where_the_decisions_are_clear(tmp_path, capsys):
+    from cube.commands.run import print_scores
+
+    print_scores(tmp_path / "out", _store_of(tmp_path, "m1", ("M1-seq",), margin=1.0))
+    out = capsys.readouterr().out
+    assert "WARNING" not in out and out.splitlines()[1].split()[-1] == "0.0%"
+
+
+def test_issue45_in_noise_is_explained_in_help_with_the_measured_bounds():
+    from cube.analysis.noise import DECISION_NOISE
+    from cube.commands.rescore import IN_NOISE_MEANS
+
+    assert f"bf16 {DECISION_NOISE['bfloat16']} nats, fp32 {DECISION_NOISE['float32']:g};".replace("e-05", "e-5") in IN_NOISE_MEANS
+    for command in ("run", "rescore"):
+        shown = " ".join(run_cli_help(command).split())
+        assert "in-noise: the share of a cell's decisions whose margin" in shown and "--dtype float32" in shown
+
+
+def run_cli_help(command: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "cube", command, "--help"], capture_output=True, text=True,
+                          cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout

@@ -261,7 +261,7 @@ def test_a_pinned_hub_revision_loads_from_the_hub_cache_offline(qwen3_folder, tm
     log = json.loads((out / "tiny-qwen3" / "runlog.jsonl").read_text(encoding="utf-8").splitlines()[-1])
     assert log["model_source"] == f"hub {spec}" and log["model_sha256"] == folder_identity(qwen3_folder).digest
     missing = cube("audit", "--model", f"hf:someone/tiny-qwen3@{'f' * 40}")
-    assert missing.returncode == 2 and "cannot get it from the Hugging Face Hub" in missing.stderr.strip().splitlines()[-1]
+    assert missing.returncode == 2 and "HF_HUB_OFFLINE is set and the Hub cache" in missing.stderr.strip().splitlines()[-1]
 
 
 # ---- one demo model, three ways -------------------------------------------------------------------
@@ -366,3 +366,17 @@ def test_a_gguf_of_its_own_is_converted_once_into_a_verified_store_entry(tmp_pat
             parse_model(str(gguf)).folder()
     finally:
         shutil.rmtree(entry, ignore_errors=True)
+
+
+def test_issue45_offline_without_the_snapshot_is_one_whole_line(tmp_path):
+    """``HF_HUB_OFFLINE=1`` and a pinned revision the cache lacks: huggingface_hub's paragraph was
+    cut at 160 characters, mid-sentence; the line says what is missing and what to do."""
+    env = {**os.environ, "CUBE_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
+    spec = f"hf:someone/tiny-qwen3@{'f' * 40}"
+    proc = subprocess.run([sys.executable, "-m", "cube", "audit", "--model", spec], capture_output=True, text=True,
+                          env=env, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"cube: error: {spec}: HF_HUB_OFFLINE is set and the Hub cache ({tmp_path / 'cache' / 'hub'}) holds no "
+        f"snapshot of someone/tiny-qwen3 at {'f' * 40}; unset HF_HUB_OFFLINE to download it once, or give --model "
+        "DIR, a folder with its files"]

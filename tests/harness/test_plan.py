@@ -84,6 +84,15 @@ def test_the_paper_plan_counts_every_checkpoint_as_a_dry_run(benchmarks_root, ca
     out = capsys.readouterr().out
     assert "qwen2.5-14b-instruct *" in out and "r1-distill-qwen-7b *" in out
     assert "nominal" in out
+    # issue 45: the columns say what they count; the largest job's items is not the sample's size
+    lines = out.splitlines()
+    assert lines[0].split()[:4] == ["model", "jobs", "items/job", "cells"]
+    rows = [line.split() for line in lines[1:] if line.split()[1:2] and line.split()[1] == "*"]
+    total = next(line.split() for line in lines if line.startswith("total "))
+    assert int(total[1]) == sum(int(r[2]) for r in rows)  # jobs add up
+    assert int(total[2]) == max(int(r[3]) for r in rows) <= 4000  # the largest job, within --items-per-job
+    assert int(total[3]) == sum(int(r[4]) for r in rows)  # cells add up
+    assert "the sample is 40 items a model" in out and "items/job, the most items one job scores" in out
     assert not Path("unused").exists()
 
 

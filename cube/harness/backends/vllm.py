@@ -302,6 +302,13 @@ class VLLMBackend(Backend):
         scores it (a demo model's: ``model_tokenizer``, which its converted folder carries; a
         folder's: its own), so both backends score the same token ids.
         """
+        import sys
+
+        from cube.harness.backends.vllm_logs import route_vllm_logs
+
+        log = route_vllm_logs()  # before vLLM's import, which reads where its logger writes
+        if log is not None:
+            print(f"vLLM's own log lines: {log}", file=sys.stderr)
         from vllm import LLM
 
         from cube.harness.model_spec import check_fits, parameter_count, parse_model

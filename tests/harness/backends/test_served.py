@@ -229,3 +229,16 @@ def test_a_generation_records_the_servers_finish_reason_and_refuses_one_it_canno
     with serve(FakeState(demo_tokenizer, fault="finish_abort")) as url:
         with pytest.raises(ServerError, match="finish_reason 'abort'"):
             backend_for(url).generate(["答案："], max_new_tokens=3)
+
+
+def test_issue45_a_changed_revision_on_resume_names_the_flag_and_both_values(demo_tokenizer, tmp_path, capsys):
+    """A resume with another --revision was refused as a change of model_sha256 (a digest)."""
+    from cube.cli import main
+
+    with serve(FakeState(demo_tokenizer)) as url:
+        assert main(run_argv(url, tmp_path / "out", "--revision", "v1", "--scorers", "M1-seq")) == 0
+        capsys.readouterr()
+        assert main(run_argv(url, tmp_path / "out", "--revision", "v2", "--scorers", "M1-seq")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"cube: error: {tmp_path / 'out'}: --revision v1 -> v2: this store's fake-model cells were "
+                       "scored with --revision v1; resume with --revision v1, or write to a new --out")
