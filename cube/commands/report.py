@@ -41,6 +41,10 @@ def register(subparsers) -> None:
                              "or your file); the site then holds benchmark text and must not be published")
     parser.add_argument("--keep-notebooks", type=Path, default=None, metavar="DIR",
                         help="also keep the executed pages (.ipynb) and report.json in DIR")
+    from cube.commands.extras import declare
+
+    # the analysis reads records (pyarrow, scipy); the site is the book's stack
+    declare(parser, ("pyarrow", "scipy", "papermill", "jupytext", "ipykernel", "jupyter_book", "altair"))
     parser.set_defaults(func=run)
 
 

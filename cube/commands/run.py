@@ -193,7 +193,10 @@ def cell_count(spec) -> str:
 def _needs(args: argparse.Namespace) -> tuple[str, ...]:
     """The modules a run needs before it starts: the store's pyarrow, and torch with transformers for
     a model run here (a served model needs neither; vLLM's own environment is checked apart)."""
-    return ("pyarrow", "torch", "transformers") if args.backend == "hf" else ("pyarrow",)
+    needs = ("pyarrow", "torch", "transformers") if args.backend == "hf" else ("pyarrow",)
+    # --report builds the site after the run: its stack is checked before hours of scoring, not after
+    return needs + (("scipy", "papermill", "jupytext", "ipykernel", "jupyter_book", "altair")
+                    if getattr(args, "report", None) is not None else ())
 
 
 def run(args: argparse.Namespace) -> int:
