@@ -95,6 +95,9 @@ def register(subparsers) -> None:
     served.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
     served.add_argument("--concurrency", type=int, help="requests in flight at once (default 4)")
     served.add_argument("--request-timeout", type=float, metavar="S", help="seconds per request (default 120)")
+    served.add_argument("--server-dtype", metavar="DTYPE",
+                        help="the precision the server runs the model in (bfloat16, float16, float32), recorded where "
+                             "the server does not say it itself; default: the server's word, else not recorded")
     p.set_defaults(func=run)
 
 
@@ -177,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"WARNING: {line}", file=sys.stderr)
         dtype = spec.settings.dtype
         print(f"{spec.model}: {len(spec.items)} items x {len(spec.cells)} cells, {len(plan.todo)} shards to run, "
-              f"{plan.done} already done (config {spec.config_hash()}); {dtype} ({spec.settings.dtype_reason}); "
+              f"{plan.done} already done (config {spec.config_hash()}); {dtype or 'precision'} ({spec.settings.dtype_reason}); "
               f"model {spec.settings.model_source}, sha256 {spec.settings.model_sha256[:16]}...",
               file=sys.stderr)
         if not plan.todo:

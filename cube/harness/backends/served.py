@@ -171,6 +171,18 @@ class ServerClient:
         raise ServerError(f"{url}: {failure} after {self.settings.retries + 1} tries; the shards written so far "
                           "are kept: run the same command again to resume")
 
+    def get_text(self, path: str) -> str | None:
+        """The body of ``GET`` ``path`` under the server's root (``/metrics``, ``/v1/models``), or
+        None on any failure: asked once, for what a server may or may not say about itself."""
+        root = self.settings.base_url[:-len("/v1")]
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        try:
+            request = urllib.request.Request(root + path, headers=headers)
+            with urllib.request.urlopen(request, timeout=min(self.settings.timeout_s, 10.0)) as response:
+                return response.read().decode("utf-8", "replace")
+        except (OSError, http.client.HTTPException, ValueError):
+            return None
+
     def models(self) -> list[str]:
         answer = self.call("GET", "/models")
         data = answer.get("data") if isinstance(answer, dict) else None

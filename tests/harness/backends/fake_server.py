@@ -40,6 +40,14 @@ class FakeState:
     failed: int = 0
     prompt_tokens: int = 0
     authorizations: set = field(default_factory=set)  # the Authorization headers seen
+    # where the server says its precision, and what it says: ("models", "float32") in its /v1/models
+    # card, ("server_info", "torch.bfloat16") as vLLM's dev-mode /server_info, ("metrics", ...) as a
+    # /metrics label; None: it does not say (vLLM 0.32.0's own /v1/models and /metrics do not)
+    says_dtype: tuple[str, str] | None = None
+    metrics: bool = True  # /metrics with vLLM's prefix-cache counters
+    cache_queries: int = 0  # prompt tokens looked up in the (simulated) prefix cache
+    cache_hits: int = 0  # of those, the ones an earlier prompt's tokens had already computed
+    seen_prompts: list = field(default_factory=list)  # token id tuples of every prompt read
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -93,10 +101,30 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _send_text(self, text: str) -> None:
+        data = text.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def do_GET(self):  # noqa: N802
-        if self.path.rstrip("/") == "/v1/models":
-            listed = "other-model" if self.state.fault == "wrong_model" else self.state.model
-            self._send(200, {"object": "list", "data": [{"id": listed, "object": "model"}]})
+        state, path = self.state, self.path.rstrip("/")
+        where, said = state.says_dtype or (None, None)
+        if path == "/v1/models":
+            listed = "other-model" if state.fault == "wrong_model" else state.model
+            card = {"id": listed, "object": "model", **({"dtype": said} if where == "models" else {})}
+            self._send(200, {"object": "list", "data": [card]})
+        elif path == "/server_info?config_format=json" and where == "server_info":
+            self._send(200, {"vllm_config": {"model_config": {"dtype": said}}})
+        elif path == "/metrics" and state.metrics:
+            lines = ['vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0"} 1.0',
+                     f'vllm:prefix_cache_queries_total{{engine="0"}} {float(state.cache_queries)}',
+                     f'vllm:prefix_cache_hits_total{{engine="0"}} {float(state.cache_hits)}']
+            if where == "metrics":
+                lines.append(f'vllm:model_config_info{{dtype="{said}",engine="0"}} 1.0')
+            self._send_text("\n".join(lines) + "\n")
         else:
             self._send(404, {"error": "not found"})
 
