@@ -84,6 +84,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
         index = build_index(bench.load(root, bench.present_splits(root)))
     if getattr(model, "kind", None) == "server":  # the server's precision, never this CPU's (served_precision)
         precision = served_precision_of(model, config)
+        model.backend.fast.configure(precision.dtype, config.strict_audit)
     else:
         precision = choose_dtype(config.dtype, config.device, recorded=recorded_dtype(config.out, model.name))
     identity = model.identity()  # hashed in full: the folder's files, or the GGUF file

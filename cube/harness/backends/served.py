@@ -62,6 +62,8 @@ from cube.harness.backends.base import (
     ScoreRequest,
     finish_reason,
 )
+from cube.harness.backends.served_fast import FastPath
+from cube.harness.backends.served_info import ServerError, prefix_cache_counters
 from cube.protocol.tokenization import common_prefix_len
 
 API_KEY_ENV = "OPENAI_API_KEY"  # read from the environment only: never an option, never logged
@@ -72,10 +74,6 @@ BACKOFF_S = 1.0
 PROMPTS_PER_REQUEST = 16  # prompts one /v1/completions request carries (the API takes a list)
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 TOKEN_ID = re.compile(r"token_id:(-?\d+)")
-
-
-class ServerError(CubeError):
-    """The server failed, or answered in a way that cannot be scored (module docstring)."""
 
 
 # ---- settings and the HTTP client ----------------------------------------------------------------
@@ -348,6 +346,7 @@ class ServedCounter:
     prompts: int = 0
     prompt_tokens: int = 0  # usage.prompt_tokens summed: what the server read
     completion_tokens: int = 0
+    fast_prompts: int = 0  # of the prompts, those the fast path sent (served_fast)
 
 
 class ServedBackend(Backend):
@@ -364,8 +363,10 @@ class ServedBackend(Backend):
         self._lock = Lock()
         self.tokenizer = ServerTokenizer(self)
         self.finish_reasons: list[str | None] = []
+        self.fast = FastPath(self)
         if check:
             check_model(client)
+        self._cache_before = prefix_cache_counters(client) if check else None
 
     @classmethod
     def from_config(cls, model, dtype: str | None = None, device: str | None = None) -> ServedBackend:
@@ -459,10 +460,31 @@ class ServedBackend(Backend):
     # -- the Backend interface
 
     def score(self, requests: list[ScoreRequest], batch_size: int = 16) -> list[list[ContinuationLogprobs]]:
+        """Labels one token in context through the fast path (``served_fast``), the rest (and all
+        of them where the fast path is off) through the echo path (``score_echo``)."""
         for request in requests:
             if request.tokenization != "in_context":
                 raise ConfigError(f"tokenization {request.tokenization!r} needs a label tokenized apart from its "
                                   "prompt, which a server does not do: use an in-context answer context")
+        fast = self.fast.score(self.fast.plan(requests), requests)
+        rest = [k for k in range(len(requests)) if k not in fast]
+        echoed = dict(zip(rest, self.score_echo([requests[k] for k in rest]))) if rest else {}
+        results = [fast[k] if k in fast else echoed[k] for k in range(len(requests))]
+        for request, per_item in zip(requests, results):
+            check_options(request, [c.total for c in per_item])
+        return results
+
+    def run_log(self) -> dict[str, Any]:
+        """The run log's server fields: what was asked, the prefix cache's hits (``/metrics``,
+        where the server counts them) and what the probe found."""
+        after = prefix_cache_counters(self.client) if self._cache_before is not None else None
+        cache = None if after is None else {k: after[k] - self._cache_before[k] for k in after}
+        return {"server_requests": self.served.requests, "server_prompts": self.served.prompts,
+                "server_prompt_tokens": self.served.prompt_tokens, "server_fast_prompts": self.served.fast_prompts,
+                "server_prefix_cache": cache, "server_probe": self.fast.report.to_log()}
+
+    def score_echo(self, requests: list[ScoreRequest]) -> list[list[ContinuationLogprobs]]:
+        """Each option's tokens and log-probabilities from echoed prompts (module docstring)."""
         texts = [t for r in requests for t in (r.context, *(r.context + c for c in r.continuations))]
         echoes = dict(zip(texts, self.echo(texts)))
         results = []
@@ -479,7 +501,6 @@ class ServedBackend(Backend):
                 per_item.append(ContinuationLogprobs(ids, np.asarray(full.logprobs[prefix:], dtype=np.float64),
                                                      prefix < len(ctx.ids)))
                 self.counter.scored_tokens += len(ids)
-            check_options(request, [c.total for c in per_item])
             results.append(per_item)
         return results
 

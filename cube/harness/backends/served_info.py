@@ -31,7 +31,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from cube.errors import ConfigError
+from cube.errors import ConfigError, CubeError
+
+class ServerError(CubeError):
+    """The server failed, or answered in a way that cannot be scored (``cube.harness.backends.served``'s
+    docstring); here so that the fast path's module raises it without an import circle."""
+
 
 # What cube records; a server's spellings of each (torch's, vLLM's and llama.cpp's aliases)
 SERVER_DTYPES = ("bfloat16", "float16", "float32")
@@ -174,5 +179,5 @@ def prefix_cache_counters(client) -> dict[str, float] | None:
     return totals if set(totals) == set(PREFIX_CACHE_METRICS.values()) else None
 
 
-__all__ = ["PREFIX_CACHE_METRICS", "SERVER_DTYPES", "ServedPrecision", "ServerDtype", "check_server_dtype",
+__all__ = ["PREFIX_CACHE_METRICS", "SERVER_DTYPES", "ServedPrecision", "ServerDtype", "ServerError", "check_server_dtype",
            "normalise_dtype", "prefix_cache_counters", "served_precision", "server_dtype"]
