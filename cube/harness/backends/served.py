@@ -468,6 +468,8 @@ class ServedBackend(Backend):
                                   "prompt, which a server does not do: use an in-context answer context")
         fast = self.fast.score(self.fast.plan(requests), requests)
         rest = [k for k in range(len(requests)) if k not in fast]
+        if rest and self.fast.report.order is None:  # no fast request probed the order: the echo path's
+            self.fast.probe_echo([requests[k] for k in rest])
         echoed = dict(zip(rest, self.score_echo([requests[k] for k in rest]))) if rest else {}
         results = [fast[k] if k in fast else echoed[k] for k in range(len(requests))]
         for request, per_item in zip(requests, results):

@@ -208,14 +208,8 @@ class FastPath:
             return
         reverse = self._send(first[::-1])[::-1]
         alone = self._send(first[:1])
-        report.order = max(max_difference(batched, reverse), max_difference(batched[:1], alone))
-        if report.order > report.tolerance:
-            line = (f"{self.backend.settings.base_url}: the same requests scored differ by {report.order:.3g} "
-                    f"batched, reversed and alone (tolerance {report.tolerance:g}): its scores depend on what "
-                    "else it computes (vllm#42019)")
-            if self.strict:
-                raise ServerError(f"--strict-audit: {line}")
-            self._warn(line)
+        self._order_differs(max(max_difference(batched, reverse), max_difference(batched[:1], alone)),
+                            "the fast path")
         echoed = self.backend.score_echo([requests[r.index] for r in first])
         report.fast_vs_echo = max_difference(batched, [[float(c.logprobs[0]) for c in item] for item in echoed])
         if report.fast_vs_echo > report.tolerance:
@@ -225,6 +219,35 @@ class FastPath:
             self._warn(f"{self.backend.settings.base_url}: {report.fast_path}; scoring through the echo path")
             return
         self.state, report.fast_path = "on", "on"
+
+    def _order_differs(self, difference: float, path: str) -> None:
+        self.report.order = difference
+        if difference > self.report.tolerance:
+            line = (f"{self.backend.settings.base_url}: the same requests scored differ by {difference:.3g} "
+                    f"batched, reversed and alone ({path}; tolerance {self.report.tolerance:g}): its scores depend "
+                    "on what else it computes (vllm#42019)")
+            if self.strict:
+                raise ServerError(f"--strict-audit: {line}")
+            self._warn(line)
+
+    def probe_echo(self, requests: list[ScoreRequest]) -> None:
+        """The order probe on the echo path, where the fast path took nothing: the first requests'
+        texts echoed batched, reversed and the first alone must give the same log-probabilities."""
+        texts = list(dict.fromkeys(t for r in requests[:PROBE_REQUESTS] for t in (r.context, *(r.context + c for c in
+                                                                                                r.continuations))))
+        texts = texts[:PROMPTS_PER_REQUEST]
+        if not texts:
+            return
+        batched = self.backend._echo_batch(texts)
+        reverse = self.backend._echo_batch(texts[::-1])[::-1]
+        alone = self.backend._echo_batch(texts[:1])
+        self.report.requests = len(texts)
+
+        def values(echoes) -> list[list[float]]:
+            return [list(e.logprobs[1:]) for e in echoes]
+
+        self._order_differs(max(max_difference(values(batched), values(reverse)),
+                                max_difference(values(batched[:1]), values(alone))), "the echo path")
 
     def score(self, fast: list[FastRequest], requests: list[ScoreRequest]) -> dict[int, list[ContinuationLogprobs]]:
         """The label log-probabilities of ``fast``'s requests by their index in ``requests``; empty

@@ -57,8 +57,10 @@ def test_scores_are_the_servers_own_tokens_under_the_in_context_rule(demo_tokeni
             assert np.allclose(cont.logprobs, expected, atol=1e-6), text
             merges += cont.boundary_merge
     assert merges >= 3  # 'Answer: ' + 'A' re-tokenizes the space: the case a re-tokenizing client gets wrong
-    # each distinct text sent once: 4 contexts + 14 full texts, in one request of 16 and one of 2
-    assert backend.served.prompts == 4 + 14 and backend.served.requests == 2
+    # each distinct text sent once: 4 contexts + 14 full texts, in one request of 16 and one of 2;
+    # beside them the order probe's three (served_fast: the first 16 texts batched, reversed, 1 alone)
+    assert backend.fast.report.requests == 16 and backend.fast.report.order == 0.0
+    assert backend.served.prompts == 4 + 14 + (16 + 16 + 1) and backend.served.requests == 2 + 3
 
 
 @pytest.mark.parametrize("fault, needle", [

@@ -102,7 +102,7 @@ def test_scores_that_move_with_the_batch_are_a_warning_naming_the_size_or_an_err
     with serve(FakeState(demo_tokenizer, fault="batch_dependent")) as url:
         fast_backend(url, demo_tokenizer).score(LETTERS)
         err = capsys.readouterr().err
-        assert "the same requests scored differ by 0.05 batched, reversed and alone (tolerance 0.001)" in err
+        assert "the same requests scored differ by 0.05 batched, reversed and alone (the fast path; tolerance 0.001)" in err
         with pytest.raises(ServerError, match=r"^--strict-audit: .* differ by 0.05 batched"):
             fast_backend(url, demo_tokenizer, strict=True).score(LETTERS)
 
@@ -136,3 +136,18 @@ def test_cube_run_on_the_fast_path_writes_the_echo_paths_records(demo_tokenizer,
     assert logged[0]["server_probe"]["fast_path"] == "on" and logged[0]["server_fast_prompts"] > 0
     assert logged[1]["server_probe"]["fast_path"].startswith("off: the server ignores logprob_token_ids")
     assert logged[0]["server_prefix_cache"]["hits"] > 0
+
+
+def test_without_the_fast_path_the_echo_path_is_probed_for_order(demo_tokenizer, capsys):
+    """No cube tokenizer (the fast path takes nothing): the echo path's own probe warns."""
+    with serve(FakeState(demo_tokenizer, fault="batch_dependent")) as url:
+        backend = backend_for(url)
+        backend.fast.configure("float32", False)
+        backend.score(REQUESTS[:2])
+    err = capsys.readouterr().err
+    assert "batched, reversed and alone (the echo path; tolerance 0.001)" in err
+    assert backend.run_log()["server_probe"]["warnings"] and backend.fast.report.order > 0.001
+    with serve(FakeState(demo_tokenizer)) as url:
+        backend = backend_for(url)
+        backend.score(REQUESTS[:2])
+    assert backend.fast.report.order == 0.0 and "WARNING" not in capsys.readouterr().err
