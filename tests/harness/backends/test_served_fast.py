@@ -151,3 +151,27 @@ def test_without_the_fast_path_the_echo_path_is_probed_for_order(demo_tokenizer,
         backend = backend_for(url)
         backend.score(REQUESTS[:2])
     assert backend.fast.report.order == 0.0 and "WARNING" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fault, needle", [
+    ("none", "fast path on; fast vs echo max |d| 0; batched/reversed/alone max |d| 0 (tolerance 0.001)"),
+    ("ids_topk", "fast path off: the server ignores logprob_token_ids (asked for the log-probabilities of ids"),
+])
+def test_cube_audit_server_runs_the_probe_alone_in_one_line(demo_tokenizer, capsys, fault, needle):
+    from cube.cli import main
+
+    with serve(FakeState(demo_tokenizer, model=DEMO, fault=fault, says_dtype=("models", "float32"))) as url:
+        assert main(["audit", "--server", url, "--model", DEMO, "--label-sets", "L1_halfwidth,L4_circled"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith(f"server {url} model {DEMO}: precision float32 (the server says so (/v1/models dtype")
+    assert needle in last and "from the prefix cache" in last
+
+
+def test_cube_audit_server_strict_fails_on_scores_that_move_with_the_batch(demo_tokenizer, capsys):
+    from cube.cli import main
+
+    with serve(FakeState(demo_tokenizer, model=DEMO, fault="batch_dependent")) as url:
+        assert main(["audit", "--server", url, "--model", DEMO, "--label-sets", "L1_halfwidth",
+                     "--server-dtype", "float32", "--strict-audit"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("cube: error: --strict-audit: ") and "batched, reversed and alone" in last
