@@ -25,6 +25,12 @@ as the server's token strings. The run's label audit is made on the same tokens
 or a folder, or ``--tokenizer`` names one) both audits must agree, or the run stops naming the
 first difference (``compare_audits``).
 
+Labels that are one token in context, where cube has the server's tokenizer (the audits agreed
+id for id), take the fast path instead (``served_fast``): one next-token request per (item, cell)
+with vLLM's ``logprob_token_ids``, which the prefix cache serves, checked by a probe before it is
+trusted. What the server says about itself (its precision, its prefix-cache counters) is read by
+``served_info``.
+
 Requests go out ``--concurrency`` at a time, each with a timeout, retried with exponential
 backoff on 429, 5xx and connection errors; one that keeps failing raises ``ServerError`` out of
 ``score``/``generate``, so the runner stops before the shard it was computing is written: a
