@@ -197,8 +197,11 @@ def run(args: argparse.Namespace) -> int:
         from collections import Counter
 
         reasons = ", ".join(f"{r} {n}" for r, n in sorted(Counter(map(str, backend.finish_reasons)).items()))
-        print(f"server: {served.requests} requests, {served.prompts} prompts, {served.prompt_tokens} prompt tokens "
-              f"read, {backend.client.retried} retries" + (f"; generations' finish reasons: {reasons}" if reasons else ""),
+        cache = log.get("server_prefix_cache")
+        print(f"server: {served.requests} requests, {served.prompts} prompts ({served.fast_prompts} on the fast path), "
+              f"{served.prompt_tokens} prompt tokens read"
+              + (f" ({cache['hits']:.0f} of {cache['queries']:.0f} looked up from the prefix cache)" if cache else "")
+              + f", {backend.client.retried} retries" + (f"; generations' finish reasons: {reasons}" if reasons else ""),
               file=sys.stderr)
     print_scores(config.out, spec)
     return 0

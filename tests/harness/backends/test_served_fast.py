@@ -125,6 +125,7 @@ def test_cube_run_on_the_fast_path_writes_the_echo_paths_records(demo_tokenizer,
         assert main(run_argv(url, tmp_path / "echo")) == 0
     err = capsys.readouterr().err
     assert err.count("WARNING: ") == err.count("WARNING: M1-strict") + 1  # the one fallback line
+    assert "on the fast path), " in err and "looked up from the prefix cache)" in err
     fast, echo = records_of(tmp_path / "fast"), records_of(tmp_path / "echo")
     assert len(fast) == len(echo) > 0
     for a, b in zip(fast, echo):
