@@ -11,8 +11,15 @@ after each run), then the medians and their ratios.
 
 Both sides get the same knobs: 4 requests in flight, 16 prompts per request (cube's fixed
 ``PROMPTS_PER_REQUEST``; lm-eval's ``batch_size``). What differs is what each sends: lm-eval one
-prompt per (context, option); cube each distinct text once, the context alone included (it
-locates each option's tokens on the server's own tokens of the context, not by tokenizing here).
+prompt per (context, option) with prompt log-probabilities; cube, for labels one token in context
+(issue 46, ``cube.harness.backends.served_fast``), one next-token request per (item, cell) with
+vLLM's ``logprob_token_ids``, sorted so that an item's cells meet in the prefix cache, and for the
+rest (cloze, multi-token labels) each distinct text once, the context alone included. cube's side
+declares the server's precision (``--server-dtype float32``: ``local_vllm`` serves fp32).
+
+``--competitor``: the pairs run beside two busy processes (a 2-thread competitor for the CPU), as
+issue 46 asks for beside the quiet run. Timings on a machine shared with other work are a
+direction, not a ratio: run it on a quiet machine for the README's figures.
 
 The lm-eval task files hold benchmark text: they live in a temporary folder removed at the end.
 Not a test: nothing asserts a time. Run: ``python benchmarks/served_vs_lm_eval.py --items 20``.
@@ -80,6 +87,38 @@ def timed(argv: list[str], env: dict, log: Path) -> float:
     return time.perf_counter() - t0
 
 
+def run_pairs(args, bench, folder: Path, scratch: Path, tasks, tasks_dir: Path, python, env: dict) -> list:
+    """The interleaved pairs against one server: (tool, pair, wall seconds, server counters' deltas)."""
+    from cube.harness.backends.local_vllm import local_vllm
+
+    rows = []
+    with local_vllm(folder, MODEL, scratch / "server.log", python=VLLM_PYTHON) as url:
+        for pair in range(args.pairs):
+            for tool in ("cube", "lm-eval"):
+                out = scratch / f"{tool}-{pair}"
+                if tool == "cube":
+                    run = bench.cube_argv(MODEL, args.items, args.seed, args.mode, out, args.data)
+                    run = [a for a in run if a not in ("--dtype", "float32")]
+                    run[run.index("--backend") + 1] = "openai"
+                    command = [sys.executable, "-m", "cube", *run, "--base-url", url,
+                               "--concurrency", str(CONCURRENCY), "--server-dtype", "float32"]
+                else:
+                    model_args = (f"model={MODEL},base_url={url}/completions,tokenizer_backend=huggingface,"
+                                  f"tokenizer={folder},num_concurrent={CONCURRENCY},max_retries=3")
+                    command = [str(python), "-m", "lm_eval", "--model", "local-completions", "--model_args",
+                               model_args, "--tasks", ",".join(tasks), "--include_path", str(tasks_dir),
+                               "--batch_size", str(BATCH), "--output_path", str(out)]
+                before = server_counters(url)
+                wall = timed(command, env, scratch / f"{tool}-{pair}.log")
+                after = server_counters(url)
+                delta = {k: after[k] - before[k] for k in METRICS}
+                rows.append((tool, pair, wall, delta))
+                print(f"{tool:<8} pair {pair}: {wall:7.1f} s, {delta[METRICS[1]]:6.0f} requests, "
+                      f"{delta[METRICS[0]]:8.0f} prompt tokens read, {delta[METRICS[2]]:8.0f} from the prefix "
+                      "cache", file=sys.stderr)
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--items", type=int, default=20)
@@ -87,12 +126,12 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--mode", default="full", choices=["letters", "cloze", "full"])
     parser.add_argument("--data", help="the cmmlu folder (default: cube's lookup)")
+    parser.add_argument("--competitor", action="store_true", help="run the pairs beside two busy processes")
     args = parser.parse_args()
     if not VLLM_PYTHON.exists():
         print(f"{VLLM_PYTHON} missing: build it with `make vllm-env`", file=sys.stderr)
         return 2
     bench = vs_lm_eval()
-    from cube.harness.backends.local_vllm import local_vllm
     from cube.harness.model_spec import parse_model
 
     folder = parse_model(MODEL).folder()
@@ -113,31 +152,13 @@ def main() -> int:
             print(f"prompts differ from cube's: {problems[:5]}", file=sys.stderr)
             return 1
         print(f"{len(items)} items, {args.mode}: lm-eval's requests are cube's, byte for byte", file=sys.stderr)
-        rows = []
-        with local_vllm(folder, MODEL, scratch / "server.log", python=VLLM_PYTHON) as url:
-            for pair in range(args.pairs):
-                for tool in ("cube", "lm-eval"):
-                    out = scratch / f"{tool}-{pair}"
-                    if tool == "cube":
-                        run = bench.cube_argv(MODEL, args.items, args.seed, args.mode, out, args.data)
-                        run = [a for a in run if a not in ("--dtype", "float32")]
-                        run[run.index("--backend") + 1] = "openai"
-                        command = [sys.executable, "-m", "cube", *run, "--base-url", url,
-                                   "--concurrency", str(CONCURRENCY)]
-                    else:
-                        model_args = (f"model={MODEL},base_url={url}/completions,tokenizer_backend=huggingface,"
-                                      f"tokenizer={folder},num_concurrent={CONCURRENCY},max_retries=3")
-                        command = [str(python), "-m", "lm_eval", "--model", "local-completions", "--model_args",
-                                   model_args, "--tasks", ",".join(tasks), "--include_path", str(tasks_dir),
-                                   "--batch_size", str(BATCH), "--output_path", str(out)]
-                    before = server_counters(url)
-                    wall = timed(command, env, scratch / f"{tool}-{pair}.log")
-                    after = server_counters(url)
-                    delta = {k: after[k] - before[k] for k in METRICS}
-                    rows.append((tool, pair, wall, delta))
-                    print(f"{tool:<8} pair {pair}: {wall:7.1f} s, {delta[METRICS[1]]:6.0f} requests, "
-                          f"{delta[METRICS[0]]:8.0f} prompt tokens read, {delta[METRICS[2]]:8.0f} from the prefix "
-                          "cache", file=sys.stderr)
+        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 if args.competitor else 0)]
+        try:
+            rows = run_pairs(args, bench, folder, scratch, tasks, tasks_dir, python, env)
+        finally:
+            for proc in busy:
+                proc.kill()
+                proc.wait()
         shown = (scratch / "cube-0.log").read_text(errors="replace").replace("\r", "\n").splitlines()
         print("cube's own output (first pair):", *[f"  {line}" for line in shown if line and "item/s" not in line
                                                     and "it/s" not in line], sep="\n", file=sys.stderr)

@@ -41,6 +41,13 @@ def register(subparsers) -> None:
                    help="with --model: audit in this benchmark's prompt format and on the labels its items show "
                         "(a user's file: README, Your benchmark), as `cube run --benchmark` does")
     p.add_argument("--card", type=Path, help="with --benchmark PATH: your file's card (default: the one beside it)")
+    p.add_argument("--server", metavar="URL",
+                   help="probe a model behind an OpenAI-compatible server (--model is then its id) as `cube run "
+                        "--backend openai` would before scoring: the audit on its tokens, its precision, the fast "
+                        "path and the order probe, in one line (README: Scoring through a server)")
+    p.add_argument("--server-dtype", metavar="DTYPE", help="with --server: the precision it runs in, where it does not say")
+    p.add_argument("--strict-audit", action="store_true",
+                   help="with --server: a probe difference past the tolerance is an error, not a warning")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--brief", action="store_true", help="table only, no per-label token ids")
     g = p.add_mutually_exclusive_group()
@@ -183,6 +190,10 @@ def audit_model(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from cube.protocol.label_sets import LabelSet, select_label_sets
 
+    if args.server:
+        from cube.commands.audit_server import audit_server
+
+        return audit_server(args)
     if args.model:
         return audit_model(args)
     if args.chat_templates != ["none"]:

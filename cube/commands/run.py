@@ -99,6 +99,9 @@ def register(subparsers) -> None:
     served.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
     served.add_argument("--concurrency", type=int, help="requests in flight at once (default 4)")
     served.add_argument("--request-timeout", type=float, metavar="S", help="seconds per request (default 120)")
+    served.add_argument("--server-dtype", metavar="DTYPE",
+                        help="the precision the server runs the model in (bfloat16, float16, float32), recorded where "
+                             "the server does not say it itself; default: the server's word, else not recorded")
     p.add_argument("--report", type=Path, default=None, metavar="DIR",
                    help="after the run, build `cube report` of the store into DIR (an offline site)")
     p.set_defaults(func=run)
@@ -229,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"WARNING: {line}", file=sys.stderr)
         dtype = spec.settings.dtype
         print(f"{spec.model}: {len(spec.items)} items x {cell_count(spec)}, {len(plan.todo)} shards to run, "
-              f"{plan.done} already done (config {spec.config_hash()}); {dtype} ({spec.settings.dtype_reason}); "
+              f"{plan.done} already done (config {spec.config_hash()}); {dtype or 'precision'} ({spec.settings.dtype_reason}); "
               f"model {spec.settings.model_source}, sha256 {spec.settings.model_sha256[:16]}...",
               file=sys.stderr)
         if not plan.todo:
@@ -247,8 +250,11 @@ def run(args: argparse.Namespace) -> int:
         from collections import Counter
 
         reasons = ", ".join(f"{r} {n}" for r, n in sorted(Counter(map(str, backend.finish_reasons)).items()))
-        print(f"server: {served.requests} requests, {served.prompts} prompts, {served.prompt_tokens} prompt tokens "
-              f"read, {backend.client.retried} retries" + (f"; generations' finish reasons: {reasons}" if reasons else ""),
+        cache = log.get("server_prefix_cache")
+        print(f"server: {served.requests} requests, {served.prompts} prompts ({served.fast_prompts} on the fast path), "
+              f"{served.prompt_tokens} prompt tokens read"
+              + (f" ({cache['hits']:.0f} of {cache['queries']:.0f} looked up from the prefix cache)" if cache else "")
+              + f", {backend.client.retried} retries" + (f"; generations' finish reasons: {reasons}" if reasons else ""),
               file=sys.stderr)
     print_scores(config.out, spec)
     finish(config.out, args.report)

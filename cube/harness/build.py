@@ -82,7 +82,11 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     index = None
     if set(config.scorers) & set(GENERATION_SCORERS):  # generations are scrubbed of every item's text
         index = build_index(bench.load(root, bench.present_splits(root)))
-    precision = choose_dtype(config.dtype, config.device, recorded=recorded_dtype(config.out, model.name))
+    if getattr(model, "kind", None) == "server":  # the server's precision, never this CPU's (served_precision)
+        precision = served_precision_of(model, config)
+        model.backend.fast.configure(precision.dtype, config.strict_audit)
+    else:
+        precision = choose_dtype(config.dtype, config.device, recorded=recorded_dtype(config.out, model.name))
     identity = model.identity()  # hashed in full: the folder's files, or the GGUF file
     if model.kind in ("folder", "hub"):  # a demo or GGUF model's folder is checked once converted (load_model)
         check_fits(model.name, parameter_count(model.folder()), precision.dtype, config.device)
@@ -121,6 +125,16 @@ def model_of(config: RunConfig):
         api_key_env=config.api_key_env or API_KEY_ENV, concurrency=config.concurrency or DEFAULT_CONCURRENCY,
         timeout_s=config.request_timeout or DEFAULT_TIMEOUT_S)
     return served_model(settings, config.tokenizer)
+
+
+def served_precision_of(model, config: RunConfig):
+    """A served run's precision: what the server says, else ``--server-dtype``, else the store's
+    on a resume, else not recorded (``cube.harness.backends.served_info``); no local probe."""
+    from cube.harness.backends.served_info import served_precision, server_dtype
+    from cube.harness.precision import recorded_dtype
+
+    return served_precision(server_dtype(model.backend.client), config.server_dtype,
+                            recorded_dtype(config.out, model.name), model.settings.model)
 
 
 def served_settings(model) -> dict:
@@ -207,4 +221,4 @@ def strict_audit(spec: RunSpec, strict: bool) -> None:
 
 
 __all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "chat_template_of", "check_contexts", "degenerate_warnings",
-           "model_of", "served_settings", "strict_audit"]
+           "model_of", "served_precision_of", "served_settings", "strict_audit"]

@@ -29,6 +29,8 @@ from pathlib import Path
 from cube.errors import ConfigError
 
 DTYPES = ("auto", "bfloat16", "float32")
+# What a store's records may carry: a local run's, or a served run's as its server runs it (float16 too)
+RECORDED_DTYPES = ("bfloat16", "float16", "float32")
 # CPU flags (as /proc/cpuinfo spells them) of native bf16 matrix units.
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 # bf16 is chosen only when the probe runs it at least this many times as fast as fp32.
@@ -97,7 +99,7 @@ def recorded_dtype(out: str | Path | None, model: str) -> str | None:
     files = manifest.get("files") or {}
     for key, config in sorted((manifest.get("cells") or {}).items()):
         written = any(name.startswith(f"{key}--") for name in files)
-        if key.startswith(f"{model}/") and written and config.get("dtype") in DTYPES[1:]:
+        if key.startswith(f"{model}/") and written and config.get("dtype") in RECORDED_DTYPES:
             return config["dtype"]
     return None
 

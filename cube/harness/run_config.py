@@ -35,7 +35,7 @@ COMMAND_IF_SET = ("chat_templates",)
 POSITIVE_FIELDS = ("sample", "within", "max_new_tokens", "batch_size", "shard_size", "concurrency")
 # The options of a model behind a server (``--backend openai``, cube.harness.backends.served); the
 # API key is read from the environment variable ``api_key_env`` names, never given as an option.
-SERVER_FIELDS = ("base_url", "revision", "tokenizer", "api_key_env", "concurrency", "request_timeout")
+SERVER_FIELDS = ("base_url", "revision", "tokenizer", "api_key_env", "concurrency", "request_timeout", "server_dtype")
 
 
 def flag(name: str) -> str:
@@ -81,6 +81,9 @@ class RunConfig:
     api_key_env: str | None = None  # --backend openai: the variable holding the API key (None: OPENAI_API_KEY)
     concurrency: int | None = None  # --backend openai: requests in flight (None: 4)
     request_timeout: float | None = None  # --backend openai: seconds per request (None: 120)
+    # --backend openai: the precision the user declares the server runs in, where the server does not
+    # say (cube.harness.backends.served_info); None: the server's word, else not recorded
+    server_dtype: str | None = None
 
     def __post_init__(self) -> None:
         from cube.protocol.scorers import run_scorers  # the scorer table itself: no pyarrow for a config
@@ -117,6 +120,13 @@ class RunConfig:
         if self.backend == "openai" and self.base_url is None:
             raise ConfigError("--backend openai needs --base-url URL of an OpenAI-compatible server "
                               "(e.g. http://127.0.0.1:8000/v1) and the model id it serves as --model")
+        if self.backend == "openai" and self.dtype != "auto":
+            raise ConfigError(f"--dtype {self.dtype} is the precision cube loads a model in; a server runs its own: "
+                              f"declare it with --server-dtype {self.dtype} (or let the server say)")
+        if self.server_dtype is not None:
+            from cube.harness.backends.served_info import check_server_dtype
+
+            object.__setattr__(self, "server_dtype", check_server_dtype(self.server_dtype))
         given = [name for name in SERVER_FIELDS if getattr(self, name) is not None]
         if self.backend != "openai" and given:
             raise ConfigError(f"{flag(given[0])} is an option of --backend openai (a model behind a server), "

@@ -702,6 +702,8 @@ def _run_locked(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | 
         **spec.settings.to_log(),
     }
     log["model_sha256"] = spec.settings.model_sha256 or model_sha256
+    if hasattr(backend, "run_log"):  # a served model: its requests, prefix-cache hits and probe
+        log.update(backend.run_log())
     from cube.records.store import manifest_lock
 
     logfile = out / spec.model / RUNLOG_NAME

@@ -25,6 +25,12 @@ as the server's token strings. The run's label audit is made on the same tokens
 or a folder, or ``--tokenizer`` names one) both audits must agree, or the run stops naming the
 first difference (``compare_audits``).
 
+Labels that are one token in context, where cube has the server's tokenizer (the audits agreed
+id for id), take the fast path instead (``served_fast``): one next-token request per (item, cell)
+with vLLM's ``logprob_token_ids``, which the prefix cache serves, checked by a probe before it is
+trusted. What the server says about itself (its precision, its prefix-cache counters) is read by
+``served_info``.
+
 Requests go out ``--concurrency`` at a time, each with a timeout, retried with exponential
 backoff on 429, 5xx and connection errors; one that keeps failing raises ``ServerError`` out of
 ``score``/``generate``, so the runner stops before the shard it was computing is written: a
@@ -62,6 +68,8 @@ from cube.harness.backends.base import (
     ScoreRequest,
     finish_reason,
 )
+from cube.harness.backends.served_fast import FastPath
+from cube.harness.backends.served_info import ServerError, prefix_cache_counters
 from cube.protocol.tokenization import common_prefix_len
 
 API_KEY_ENV = "OPENAI_API_KEY"  # read from the environment only: never an option, never logged
@@ -72,10 +80,6 @@ BACKOFF_S = 1.0
 PROMPTS_PER_REQUEST = 16  # prompts one /v1/completions request carries (the API takes a list)
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 TOKEN_ID = re.compile(r"token_id:(-?\d+)")
-
-
-class ServerError(CubeError):
-    """The server failed, or answered in a way that cannot be scored (module docstring)."""
 
 
 # ---- settings and the HTTP client ----------------------------------------------------------------
@@ -170,6 +174,18 @@ class ServerClient:
                 self._sleep(self.settings.backoff_s * 2 ** attempt)
         raise ServerError(f"{url}: {failure} after {self.settings.retries + 1} tries; the shards written so far "
                           "are kept: run the same command again to resume")
+
+    def get_text(self, path: str) -> str | None:
+        """The body of ``GET`` ``path`` under the server's root (``/metrics``, ``/v1/models``), or
+        None on any failure: asked once, for what a server may or may not say about itself."""
+        root = self.settings.base_url[:-len("/v1")]
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        try:
+            request = urllib.request.Request(root + path, headers=headers)
+            with urllib.request.urlopen(request, timeout=min(self.settings.timeout_s, 10.0)) as response:
+                return response.read().decode("utf-8", "replace")
+        except (OSError, http.client.HTTPException, ValueError):
+            return None
 
     def models(self) -> list[str]:
         answer = self.call("GET", "/models")
@@ -336,6 +352,7 @@ class ServedCounter:
     prompts: int = 0
     prompt_tokens: int = 0  # usage.prompt_tokens summed: what the server read
     completion_tokens: int = 0
+    fast_prompts: int = 0  # of the prompts, those the fast path sent (served_fast)
 
 
 class ServedBackend(Backend):
@@ -352,8 +369,10 @@ class ServedBackend(Backend):
         self._lock = Lock()
         self.tokenizer = ServerTokenizer(self)
         self.finish_reasons: list[str | None] = []
+        self.fast = FastPath(self)
         if check:
             check_model(client)
+        self._cache_before = prefix_cache_counters(client) if check else None
 
     @classmethod
     def from_config(cls, model, dtype: str | None = None, device: str | None = None) -> ServedBackend:
@@ -447,10 +466,33 @@ class ServedBackend(Backend):
     # -- the Backend interface
 
     def score(self, requests: list[ScoreRequest], batch_size: int = 16) -> list[list[ContinuationLogprobs]]:
+        """Labels one token in context through the fast path (``served_fast``), the rest (and all
+        of them where the fast path is off) through the echo path (``score_echo``)."""
         for request in requests:
             if request.tokenization != "in_context":
                 raise ConfigError(f"tokenization {request.tokenization!r} needs a label tokenized apart from its "
                                   "prompt, which a server does not do: use an in-context answer context")
+        fast = self.fast.score(self.fast.plan(requests), requests)
+        rest = [k for k in range(len(requests)) if k not in fast]
+        if rest and self.fast.report.order is None:  # no fast request probed the order: the echo path's
+            self.fast.probe_echo([requests[k] for k in rest])
+        echoed = dict(zip(rest, self.score_echo([requests[k] for k in rest]))) if rest else {}
+        results = [fast[k] if k in fast else echoed[k] for k in range(len(requests))]
+        for request, per_item in zip(requests, results):
+            check_options(request, [c.total for c in per_item])
+        return results
+
+    def run_log(self) -> dict[str, Any]:
+        """The run log's server fields: what was asked, the prefix cache's hits (``/metrics``,
+        where the server counts them) and what the probe found."""
+        after = prefix_cache_counters(self.client) if self._cache_before is not None else None
+        cache = None if after is None else {k: after[k] - self._cache_before[k] for k in after}
+        return {"server_requests": self.served.requests, "server_prompts": self.served.prompts,
+                "server_prompt_tokens": self.served.prompt_tokens, "server_fast_prompts": self.served.fast_prompts,
+                "server_prefix_cache": cache, "server_probe": self.fast.report.to_log()}
+
+    def score_echo(self, requests: list[ScoreRequest]) -> list[list[ContinuationLogprobs]]:
+        """Each option's tokens and log-probabilities from echoed prompts (module docstring)."""
         texts = [t for r in requests for t in (r.context, *(r.context + c for c in r.continuations))]
         echoes = dict(zip(texts, self.echo(texts)))
         results = []
@@ -467,7 +509,6 @@ class ServedBackend(Backend):
                 per_item.append(ContinuationLogprobs(ids, np.asarray(full.logprobs[prefix:], dtype=np.float64),
                                                      prefix < len(ctx.ids)))
                 self.counter.scored_tokens += len(ids)
-            check_options(request, [c.total for c in per_item])
             results.append(per_item)
         return results
 

@@ -19,7 +19,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 
 FAULTS = ("none", "no_logprobs", "nulls", "truncated", "zeros", "positive", "constant", "template", "wrong_model",
-          "answer_model", "http500", "flaky", "hang", "drop")
+          "answer_model", "http500", "flaky", "hang", "drop",
+          # the fast path's (issue 46): logprob_token_ids answered with other ids, with none, with its own
+          # top-k (the field ignored); next-token numbers that differ from the echoed ones; every number
+          # moved by its prompt's place in the request (scores that depend on the batch and its order)
+          "ids_other", "ids_none", "ids_topk", "fast_differs", "batch_dependent", "ids_later")
 
 
 def fake_logprob(ids: list[int], k: int) -> float:
@@ -40,14 +44,65 @@ class FakeState:
     failed: int = 0
     prompt_tokens: int = 0
     authorizations: set = field(default_factory=set)  # the Authorization headers seen
+    # where the server says its precision, and what it says: ("models", "float32") in its /v1/models
+    # card, ("server_info", "torch.bfloat16") as vLLM's dev-mode /server_info, ("metrics", ...) as a
+    # /metrics label; None: it does not say (vLLM 0.32.0's own /v1/models and /metrics do not)
+    says_dtype: tuple[str, str] | None = None
+    metrics: bool = True  # /metrics with vLLM's prefix-cache counters
+    cache_queries: int = 0  # prompt tokens looked up in the (simulated) prefix cache
+    cache_hits: int = 0  # of those, the ones an earlier prompt's tokens had already computed
+    seen_prompts: list = field(default_factory=list)  # token id tuples of every prompt read
+    fast_seen: int = 0  # prompts answered with logprob_token_ids
+    bodies: list = field(default_factory=list)  # every /v1/completions request body, as sent
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _batch_shift(state: FakeState, index: int) -> float:
+    """batch_dependent: a prompt's numbers moved by its place in the request's list."""
+    return -0.05 * index if state.fault == "batch_dependent" else 0.0
+
+
+def _label_choice(state: FakeState, ids: list[int], asked: list[int], index: int) -> dict:
+    """max_tokens 1 with logprob_token_ids: the sampled token's and the asked ids' next-token
+    log-probabilities (vLLM's answer), or the field ignored the way ``fault`` says."""
+    sampled = min(range(30, 40), key=lambda t: -fake_logprob(ids + [t], len(ids)))
+    shift = _batch_shift(state, index) + (-0.3 if state.fault == "fast_differs" else 0.0)
+    with state.lock:
+        state.fast_seen += 1
+        later = state.fault == "ids_later" and state.fast_seen > state.fail_after
+    if state.fault == "ids_other" or later:
+        asked = [t + 1 for t in asked]
+    elif state.fault == "ids_topk":
+        asked = [sampled]
+    tops = {f"token_id:{t}": round(fake_logprob(ids + [t], len(ids)) + shift, 6) for t in [sampled, *asked]}
+    logprobs = {"tokens": [f"token_id:{sampled}"], "token_logprobs": [tops[f"token_id:{sampled}"]],
+                "text_offset": [0], "top_logprobs": None if state.fault == "ids_none" else [tops]}
+    return {"index": index, "text": state.tokenizer.decode([sampled]), "logprobs": logprobs, "finish_reason": "length"}
+
+
+def _count_cache(state: FakeState, ids: list[int]) -> None:
+    """The simulated prefix cache: a prompt's tokens an earlier prompt already held are hits."""
+    with state.lock:
+        best = max((_common(ids, seen) for seen in state.seen_prompts), default=0)
+        state.cache_queries += len(ids)
+        state.cache_hits += best
+        state.seen_prompts.append(tuple(ids))
+
+
+def _common(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _echo_choice(state: FakeState, prompt: str, index: int) -> tuple[dict, int]:
     enc = state.tokenizer.encode(prompt)
     ids = list(enc.ids)
     offsets = [start for start, _ in enc.offsets]
-    values: list = [None] + [round(fake_logprob(ids, k), 6) for k in range(1, len(ids))]
+    values: list = [None] + [round(fake_logprob(ids, k) + _batch_shift(state, index), 6) for k in range(1, len(ids))]
     tokens = [f"token_id:{i}" for i in ids]
     text = prompt
     if state.fault == "nulls":
@@ -93,10 +148,30 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _send_text(self, text: str) -> None:
+        data = text.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def do_GET(self):  # noqa: N802
-        if self.path.rstrip("/") == "/v1/models":
-            listed = "other-model" if self.state.fault == "wrong_model" else self.state.model
-            self._send(200, {"object": "list", "data": [{"id": listed, "object": "model"}]})
+        state, path = self.state, self.path.rstrip("/")
+        where, said = state.says_dtype or (None, None)
+        if path == "/v1/models":
+            listed = "other-model" if state.fault == "wrong_model" else state.model
+            card = {"id": listed, "object": "model", **({"dtype": said} if where == "models" else {})}
+            self._send(200, {"object": "list", "data": [card]})
+        elif path == "/server_info?config_format=json" and where == "server_info":
+            self._send(200, {"vllm_config": {"model_config": {"dtype": said}}})
+        elif path == "/metrics" and state.metrics:
+            lines = ['vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0"} 1.0',
+                     f'vllm:prefix_cache_queries_total{{engine="0"}} {float(state.cache_queries)}',
+                     f'vllm:prefix_cache_hits_total{{engine="0"}} {float(state.cache_hits)}']
+            if where == "metrics":
+                lines.append(f'vllm:model_config_info{{dtype="{said}",engine="0"}} 1.0')
+            self._send_text("\n".join(lines) + "\n")
         else:
             self._send(404, {"error": "not found"})
 
@@ -105,6 +180,7 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(length))
         state = self.state
         with state.lock:
+            state.bodies.append(body)
             state.authorizations.add(self.headers.get("Authorization"))
             state.completions += 1
             seen = state.completions
@@ -130,8 +206,16 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, {"error": {"message": f"model {body.get('model')} does not exist"}})
             return
         prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+        if prompts and isinstance(prompts[0], int):  # one prompt as token ids
+            prompts = [prompts]
         choices, read, made = [], 0, 0
         for index, prompt in enumerate(prompts):
+            if body.get("logprob_token_ids"):
+                ids = prompt if isinstance(prompt, list) else list(state.tokenizer.encode(prompt).ids)
+                _count_cache(state, ids)
+                choices.append(_label_choice(state, ids, list(body["logprob_token_ids"]), index))
+                read += len(ids)
+                continue
             if body.get("echo"):
                 choice, n = _echo_choice(state, prompt, index)
                 m = 0

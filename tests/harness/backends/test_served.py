@@ -57,8 +57,10 @@ def test_scores_are_the_servers_own_tokens_under_the_in_context_rule(demo_tokeni
             assert np.allclose(cont.logprobs, expected, atol=1e-6), text
             merges += cont.boundary_merge
     assert merges >= 3  # 'Answer: ' + 'A' re-tokenizes the space: the case a re-tokenizing client gets wrong
-    # each distinct text sent once: 4 contexts + 14 full texts, in one request of 16 and one of 2
-    assert backend.served.prompts == 4 + 14 and backend.served.requests == 2
+    # each distinct text sent once: 4 contexts + 14 full texts, in one request of 16 and one of 2;
+    # beside them the order probe's three (served_fast: the first 16 texts batched, reversed, 1 alone)
+    assert backend.fast.report.requests == 16 and backend.fast.report.order == 0.0
+    assert backend.served.prompts == 4 + 14 + (16 + 16 + 1) and backend.served.requests == 2 + 3
 
 
 @pytest.mark.parametrize("fault, needle", [
@@ -185,8 +187,9 @@ def test_cube_run_audits_the_servers_tokens_against_the_tokenizer(tmp_path, caps
 
 
 def test_a_failed_run_resumes_to_the_records_of_an_uninterrupted_one(demo_tokenizer, tmp_path, capsys):
-    """500s from the run's third request on stop the run after its first shards; the same command against a
-    healthy server resumes and ends with the records a run that never failed wrote."""
+    """500s from the run's ninth request on (the fast path's probe and a few shards answered) stop
+    the run after its first shards; the same command against a healthy server resumes and ends with
+    the records a run that never failed wrote."""
     from cube.cli import main
     from cube.harness.build import build_spec
     from cube.harness.runner import run
@@ -203,7 +206,7 @@ def test_a_failed_run_resumes_to_the_records_of_an_uninterrupted_one(demo_tokeni
                            concurrency=2)
         model = served_model(ServerSettings(url, "fake-model", retries=1, backoff_s=0.01, concurrency=2), DEMO)
         spec = build_spec(config, model)  # the audit's requests answered
-        failing.fault, failing.fail_after = "http500", failing.completions + 2  # then two, then 500s
+        failing.fault, failing.fail_after = "http500", failing.completions + 8  # the probe and a few shards, then 500s
         with pytest.raises(ServerError, match="HTTP 500"):
             run(model.backend, spec, tmp_path / "resumed", progress=False)
     from cube.records.store import MANIFEST_NAME

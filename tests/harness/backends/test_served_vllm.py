@@ -173,3 +173,32 @@ def test_cube_run_through_the_server_writes_the_hf_runs_records(server, tmp_path
     assert "weights not hashed" in logged["model_source"]
     hf_log = json.loads((tmp_path / "hf" / DEMO / "runlog.jsonl").read_text().splitlines()[-1])
     assert [c["labels"] for c in logged["audit"]] == [c["labels"] for c in hf_log["audit"]]
+
+
+FAST_TOLERANCE = 2e-4  # issue 46: max |d log-prob| of the fast path against the echo path and HF, fp32
+
+
+def test_the_fast_path_matches_the_echo_path_and_the_hf_backend(server, hf_backend, items):
+    """vLLM's ``logprob_token_ids`` next-token answers (``served_fast``) against its own echoed
+    prompt log-probabilities and against transformers in-process, on the same label requests; the
+    probe (batched, reversed, alone, against the echo path) passes under --strict-audit's rule."""
+    from cube.harness.backends.served import ServedBackend, ServerClient, ServerSettings
+    from cube.harness.model_spec import parse_model
+
+    letters = letter_requests(items)
+    fast = ServedBackend(ServerClient(ServerSettings(server, DEMO, concurrency=2)))
+    fast.tokenizer.local = parse_model(DEMO).tokenizer()  # as cube run leaves it once the audits agree
+    fast.fast.configure("float32", strict=True)
+    echo = ServedBackend(ServerClient(ServerSettings(server, DEMO, concurrency=2)))
+    got, via_echo, via_hf = fast.score(letters), echo.score(letters), hf_backend.score(letters)
+    logged = fast.run_log()
+    assert logged["server_probe"]["fast_path"] == "on" and fast.served.fast_prompts > 0
+    worst_echo, agree_echo, n = compare(got, via_echo, letters)
+    worst_hf, agree_hf, _ = compare(got, via_hf, letters)
+    print(f"\nFAST PATH vllm serve (fp32, {DEMO}), {n} label requests, {fast.served.fast_prompts} through the fast "
+          f"path: max |d loglik| vs echo {worst_echo:.3g} (argmax {agree_echo}/{n}), vs hf {worst_hf:.3g} "
+          f"(argmax {agree_hf}/{n}); probe {logged['server_probe']}; prefix cache {logged['server_prefix_cache']}; "
+          f"fast: {fast.served.requests} requests, {fast.served.prompt_tokens} prompt tokens; echo: "
+          f"{echo.served.requests} requests, {echo.served.prompt_tokens} prompt tokens")
+    assert worst_echo <= FAST_TOLERANCE and worst_hf <= FAST_TOLERANCE
+    assert agree_echo == n
