@@ -45,9 +45,11 @@ def register(subparsers) -> None:
                    help="draw --sample from the stratified sample of N items (same seed), so that a "
                         "subset run (CoT, 5-shot) shares its items with the full run")
     p.add_argument("--subjects", type=comma_list("--subjects"), help="comma-separated subjects (default: all)")
-    p.add_argument("--label-sets", type=comma_list("--label-sets"), default=",".join(D("label_sets")),
-                   help=f"comma-separated label sets (default {','.join(D('label_sets'))}; the study's: L1_halfwidth, "
-                        "L2_fullwidth, L3_ganzhi, L4_circled). Your own: add it to label_sets.yaml in a copy of "
+    p.add_argument("--label-sets", type=comma_list("--label-sets"),
+                   help="comma-separated label sets (default: L1_halfwidth, or A10_halfwidth where an item has more "
+                        "than 4 options, each item showing its first N labels; the study's: L1_halfwidth, "
+                        "L2_fullwidth, L3_ganzhi, L4_circled; ten-label: A10_halfwidth, A10_fullwidth, A10_ganzhi, "
+                        "A10_circled). Your own: add it to label_sets.yaml in a copy of "
                         "the config folder and point CUBE_CONFIG_DIR at it (README: Your own label sets and cues)")
     p.add_argument("--scorers", type=comma_list("--scorers"), default=",".join(D("scorers")),
                    help=scorers_help())
@@ -173,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
         # the audit made before the weights load; printed once the store has taken the run, so
         # that a refused run is its one error line
         print(format_run_audit(spec.model, list(spec.settings.audit)), end="", file=sys.stderr)
+        for line in spec.settings.notes:  # what the run chose for the user's file: said, never silent
+            print(line, file=sys.stderr)
         for line in degenerate_warnings(spec) + option_warnings(list(spec.items)):
             print(f"WARNING: {line}", file=sys.stderr)
         dtype = spec.settings.dtype

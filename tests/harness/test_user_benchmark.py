@@ -267,3 +267,81 @@ def test_the_cues_default_to_the_benchmarks_own(tmp_path, benchmarks_root):
     assert contexts("cmmlu", data=benchmarks_root / "cmmlu", sample=3)[0] == {"zh_cue"}
     # a given --cues is kept
     assert contexts(FIXTURE / "en", label_sets=("A10_halfwidth",), contexts=("en_prompt_space",))[0] == {"en_prompt_space"}
+
+
+def _spec(benchmark, tmp_path, **fields):
+    from cube.harness.build import build_spec
+    from cube.harness.run_config import RunConfig
+
+    return build_spec(RunConfig(model="smollm2-135m-instruct", benchmark=str(benchmark), scorers=("M1-seq",),
+                                out=tmp_path / "unused", **fields))
+
+
+def test_a_first_run_on_a_file_with_more_than_four_options_takes_the_ten_label_sets_and_says_so(tmp_path):
+    """No --label-sets: a file with 5-option items takes A10_halfwidth (it was refused for
+    L1_halfwidth, a set the user never named), and the run names the choice; a file of 4-option
+    items keeps the study's L1_halfwidth and says nothing about it."""
+    pytest.importorskip("torch")
+    import csv
+
+    with open(FIXTURE / "zh.csv", encoding="utf-8", newline="") as fh:
+        counts = [sum(1 for c in "ABCDE" if row[c]) for row in csv.DictReader(fh)]
+    spec = _spec(FIXTURE / "zh.csv", tmp_path)
+    assert {c.label_set.name for c in spec.cells} == {"A10_halfwidth"}
+    assert "--label-sets A10_halfwidth" in spec.settings.config.command_line()  # logged as run
+    more = [n for n in counts if n > 4]
+    assert [n for n in spec.settings.notes if n.startswith("label sets:")] == [
+        f"label sets: A10_halfwidth, chosen because {len(more)} of {len(counts)} items have more than 4 options "
+        f"(up to {max(more)}); each item shows its first N labels; --label-sets to choose others"]
+    four = tmp_path / "four.jsonl"
+    four.write_text("".join(json.dumps({"question": f"第{n}题？", "choices": list("甲乙丙丁"), "answer": n % 4},
+                                       ensure_ascii=False) + "\n" for n in range(4)), encoding="utf-8")
+    spec = _spec(four, tmp_path)
+    assert {c.label_set.name for c in spec.cells} == {"L1_halfwidth"} and spec.settings.notes == ()
+
+
+def _without_card(tmp_path) -> Path:
+    """The English fixture's test items as one file with no card beside it."""
+    path = tmp_path / "quiz.jsonl"
+    shutil.copyfile(FIXTURE / "en" / "test.jsonl", path)
+    return path
+
+
+def test_an_english_file_without_a_card_gets_the_english_prompt_and_says_so(tmp_path):
+    """Detected from its questions (none in Chinese script): en_mcq and en_label_space, never
+    CMMLU's 以下是中国关于…考试 header and 答案：; the run's line names the choice and the card that
+    changes it. A card's language still decides."""
+    pytest.importorskip("torch")
+    from cube.protocol.prompts import render_prompt
+
+    path = _without_card(tmp_path)
+    spec = _spec(path, tmp_path)
+    assert {c.context for c in spec.cells} == {"en_label_space"}
+    prompt = render_prompt(spec.items[0], spec.cells[0], [], spec.templates).context
+    assert "考试" not in prompt and "答案" not in prompt and prompt.rstrip().endswith("Answer:")
+    n = len(spec.items)
+    assert spec.settings.notes[0] == (
+        f"{path}: English questions (0 of {n} questions in Chinese script), no card language: the English prompt "
+        f"format en_mcq, cue en_label_space; to choose, set `language: en` or `language: zh` in a card "
+        f"({tmp_path / 'quiz.card.yaml'})")
+    (tmp_path / "quiz.card.yaml").write_text("language: zh\n", encoding="utf-8")
+    spec = _spec(path, tmp_path)
+    assert {c.context for c in spec.cells} == {"zh_cue"} and not any("English" in n for n in spec.settings.notes)
+
+
+def test_a_mixed_language_file_gets_the_exam_format_and_one_line_on_how_to_choose(tmp_path):
+    pytest.importorskip("torch")
+    from cube.protocol.prompts import render_prompt
+
+    path = tmp_path / "mixed.jsonl"
+    rows = [{"question": "What is 2 + 2?", "choices": ["3", "4"], "answer": 1},
+            {"question": "二加二等于几？", "choices": ["三", "四"], "answer": 1}] * 2
+    path.write_text("".join(json.dumps({**r, "id": n}, ensure_ascii=False) + "\n" for n, r in enumerate(rows)),
+                    encoding="utf-8")
+    spec = _spec(path, tmp_path)
+    assert {c.context for c in spec.cells} == {"zh_cue"}
+    assert "答案" in render_prompt(spec.items[0], spec.cells[0], [], spec.templates).context
+    lines = [n for n in spec.settings.notes if "mixed languages" in n]
+    assert lines == [f"{path}: mixed languages (2 of 4 questions in Chinese script): every item gets the exam format "
+                     f"(CMMLU's Chinese header, cue zh_cue); to choose, set `language: en` or `language: zh` in a "
+                     f"card ({tmp_path / 'mixed.card.yaml'}), or split the file by language"]
