@@ -144,13 +144,18 @@ def format_rows(rows: list[dict]) -> str:
             title = _cell_title(r)
             lines.append(title)
             lines.append(f"{'group':<{width}}  {'level':<8} {'agg':<6} {'n':>6} {'acc':>6}  "
-                         f"{'95% CI':<15} {'parse-fail':>10} {'tied':>6} {'in-noise':>8}")
+                         f"{'95% CI':<15} {'chance':>6} {'parse-fail':>10} {'tied':>6} {'in-noise':>8}")
         lines.append(
             f"{r['group']:<{width}}  {r['level']:<8} {r['aggregation']:<6} {r['n']:>6} "
-            f"{r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] "
+            f"{r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] {_rate(r.get('chance')):>6} "
             f"{r['parse_failure_rate']:>10.1%} {r['tie_rate']:>6.1%} {_share(r.get('within_noise_rate')):>8}"
         )
     return "\n".join(lines)
+
+
+def _rate(value) -> str:
+    """A chance level (the mean of 1/N over the records: cube.analysis.chance) to three places."""
+    return "-" if value is None else f"{value:.3f}"
 
 
 def _share(rate) -> str:

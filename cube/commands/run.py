@@ -128,27 +128,30 @@ def build_spec(args: argparse.Namespace):
 
 
 def print_scores(out: Path, spec) -> None:
-    """Each cell's score of this run's model and scorers in the store, with its shares of tied
-    decisions and parse failures beside it (issue 36 §4): a run ends with its results, as every other
+    """Each cell's score of this run's model and scorers in the store, with its chance level (the
+    mean of 1/N over its items: a file of 3- to 5-option items is not held to 1/4) and its shares of
+    tied decisions and parse failures beside it (issue 36 §4): a run ends with its results, as every other
     harness's does, and a tie-break's accuracy never stands as a plain number. The same warnings as
     ``cube rescore`` follow."""
     from cube.analysis.rescore import rescore, select
     from cube.records.store import read_records
 
-    from cube.commands.rescore import _share, with_noise_marks
+    from cube.commands.rescore import _rate, _share, with_noise_marks
 
     table = select(read_records(out, verify=False, allow_incomplete=True), model=spec.model,
                    scorer=list(spec.scorers))
     if table.num_rows == 0:
         return
     result = rescore(with_noise_marks(table, str(out)), level="overall")
-    print(f"{'cell':<58} {'n':>5} {'acc':>6}  {'95% CI':<15} {'tied':>6} {'parse-fail':>10} {'in-noise':>8}")
+    print(f"{'cell':<58} {'n':>5} {'acc':>6}  {'95% CI':<15} {'chance':>6} {'tied':>6} {'parse-fail':>10} "
+          f"{'in-noise':>8}")
     for r in result.rows.to_pylist():
         if r["aggregation"] != "micro":
             continue
         cell = f"{r['model']} {r['scorer']} {r['label_set']} {r['context']} {r['shots']}-shot {r['order']}"
         print(f"{cell:<58} {r['n']:>5} {r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] "
-              f"{r['tie_rate']:>6.1%} {r['parse_failure_rate']:>10.1%} {_share(r['within_noise_rate']):>8}")
+              f"{_rate(r['chance']):>6} {r['tie_rate']:>6.1%} {r['parse_failure_rate']:>10.1%} "
+              f"{_share(r['within_noise_rate']):>8}")
     for warning in result.warnings:
         print(warning)
 
