@@ -43,7 +43,8 @@ def register(subparsers) -> None:
                                  "(comma-separated; repeatable)")
     parser.add_argument("--level", choices=("subject", "category", "overall"), default="overall")
     parser.add_argument("--taxonomy", choices=("cmmlu", "ceval"), default=None,
-                        help="subject categories (default: each benchmark's own)")
+                        help="subject categories (default: each benchmark's own; a file of yours: its category "
+                             "column, read from --items FILE or the file its run read)")
     parser.add_argument("--versus", nargs="+", metavar="FIELD=VALUE",
                         help="regression table against the slice with these fields replaced; FIELD one of "
                              f"{', '.join(dest for dest, _ in SLICE_OPTIONS)}, e.g. --versus label_set=L4_circled")
@@ -247,7 +248,12 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{_cell_title(r)}: ECE {r['ece']:.4f} over {r['n']} items")
         return 0
 
-    result = rescore(with_noise_marks(sliced, args.records), level=args.level, taxonomy=args.taxonomy)
+    taxonomy = args.taxonomy
+    if args.level == "category" and taxonomy is None:  # a user's file: its own category column
+        from cube.analysis.file_taxonomy import store_taxonomy
+
+        taxonomy = store_taxonomy(args.records, items_option(args.items)[0] if args.items else None) or None
+    result = rescore(with_noise_marks(sliced, args.records), level=args.level, taxonomy=taxonomy)
     warnings = incomplete + result.warnings
     for warning in result.warnings:
         print(warning, file=sys.stderr)

@@ -22,6 +22,7 @@ from cube.errors import ConfigError
 from cube.protocol.items import Item, default_benchmark_root, load_ceval, load_cmmlu
 
 Loader = Callable[..., list[Item]]  # (root, splits=..., subjects=...) -> items
+NO_CATEGORY = "(no category)"  # a user's subject whose rows name no category
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,17 @@ class Benchmark:
         from cube.protocol.prompts import templates_for
 
         return templates_for(self.prompt_format, self.template_overrides, self.extra_contexts)
+
+    def file_taxonomy(self):
+        """A user's file's own taxonomy (``cube.protocol.taxonomy.Taxonomy``): each subject in the
+        category its rows' ``category`` column gives (``NO_CATEGORY`` for a subject whose rows give
+        none); None for a registered benchmark or a file without the column."""
+        if self.user is None or not self.user.categories:
+            return None
+        from cube.protocol.taxonomy import Taxonomy
+
+        subjects = sorted({item.subject for item in self.user.items})
+        return Taxonomy(self.name, {s: (self.user.categories.get(s, NO_CATEGORY),) for s in subjects}, {}, self.path)
 
     def licence_note(self) -> dict[str, str]:
         """What a release manifest lists for it (``benchmark_licences``)."""
@@ -184,5 +196,5 @@ def benchmark_licences() -> dict[str, dict[str, str]]:
     return {name: entry.licence_note() for name, entry in BENCHMARKS.items()}
 
 
-__all__ = ["BENCHMARKS", "Benchmark", "benchmark", "benchmark_licences", "load_items", "resolve", "taxonomy_of",
+__all__ = ["BENCHMARKS", "NO_CATEGORY", "Benchmark", "benchmark", "benchmark_licences", "load_items", "resolve", "taxonomy_of",
            "detected_format", "user_benchmark"]

@@ -260,3 +260,25 @@ def test_chance_is_the_mean_of_one_over_n_for_mixed_option_counts(run, tmp_path)
     header = out.splitlines()[1]
     line = next(line for line in out.splitlines() if " micro " in line)
     assert "chance" in header and f"{overall['chance']:.3f}" in line
+
+
+def test_category_level_of_a_users_file_is_its_own_category_column(run, tmp_path):
+    """``--level category`` on a user's file's records groups subjects by the file's ``category``
+    column (it refused: no default taxonomy for the benchmark); a subject without one is '(no
+    category)'. Accuracies against a count by hand."""
+    rows = [("alg", "STEM", 1), ("alg", "STEM", 0), ("geo", "STEM", 1), ("poems", "Humanities", 0),
+            ("poems", "Humanities", 0), ("misc", None, 1)]
+    path = tmp_path / "quiz.jsonl"
+    path.write_text("".join(json.dumps({"id": n, "subject": s, "question": f"q{n}?", "choices": ["a", "b"],
+                                        "answer": "A", **({"category": c} if c else {})}) + "\n"
+                            for n, (s, c, _) in enumerate(rows)), encoding="utf-8")
+    from cube.protocol.benchmarks import load_items
+
+    items = load_items(str(path))
+    recs = [record(uid=i.uid, qhash=i.qhash, benchmark=i.benchmark, pred=1 - rows[i.row][2],
+                   scores=scores_for(1 - rows[i.row][2], 2)) for i in items]
+    write_records(tmp_path / "recs", table(recs))
+    code, out, err = run(str(tmp_path / "recs"), "--level", "category", "--items", str(path), "--json")
+    assert code == 0, err
+    micro = {r["group"]: (r["n"], r["n_correct"]) for r in json.loads(out)["rows"] if r["aggregation"] == "micro"}
+    assert micro == {"STEM": (3, 2), "Humanities": (2, 0), "(no category)": (1, 1)}
