@@ -250,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
 
     taxonomy = args.taxonomy
     if args.level == "category" and taxonomy is None:  # a user's file: its own category column
-        from cube.analysis.file_taxonomy import store_taxonomy
+        from cube.analysis.store_file import store_taxonomy
 
         taxonomy = store_taxonomy(args.records, items_option(args.items)[0] if args.items else None) or None
     result = rescore(with_noise_marks(sliced, args.records), level=args.level, taxonomy=taxonomy)

@@ -1,10 +1,12 @@
-"""The taxonomy of a store made on a user's file: the file's own ``category`` column.
+"""The user's file a store was made on, for the readers that need more than its records.
 
-CMMLU's and C-Eval's records are grouped by the subject maps cube ships; a user's file names its
-own categories per row (``cube.protocol.user_file``), and ``rescore --level category`` refused its
-records ("no default taxonomy for benchmark ..."). The file is found where the reader names it
-(``--items FILE``), else where the store's run logs say the run read it. A library function, so
-that every reader of a store (rescore, the report) groups a user's subjects the same way.
+CMMLU's and C-Eval's records are grouped by the subject maps cube ships and prompted by the
+templates cube ships; a user's file names its own categories per row (``cube.protocol.user_file``)
+and its prompt format by its card or its language. ``rescore --level category`` refused its
+records ("no default taxonomy for benchmark ..."), and ``cube explain`` showed CMMLU's template for
+both sides of two runs with different cards. The file is found where the reader names it
+(``--items FILE``), else where the store's run logs say the run read it. Library functions, so that
+every reader of a store (rescore, explain, the report) reads a user's file the same way.
 """
 
 from __future__ import annotations
@@ -32,6 +34,20 @@ def logged_benchmark_files(records: str | Path) -> list[tuple[str, str | None]]:
     return found
 
 
+def store_benchmark(records: str | Path, benchmark: str):
+    """The registry entry (``cube.protocol.benchmarks.Benchmark``) the store's records of
+    ``benchmark`` (the name records carry) were made on: a registered one by name, else the user's
+    file a run log of the store read under that name; None where no log names one that is still there."""
+    if benchmark in BENCHMARKS:
+        return BENCHMARKS[benchmark]
+    for path, card in logged_benchmark_files(records):
+        if Path(path).exists() and (card is None or Path(card).exists()):
+            entry = resolve(path, card)
+            if entry.name == benchmark:
+                return entry
+    return None
+
+
 def store_taxonomy(records: str | Path, items: str | None = None) -> Taxonomy | None:
     """The user's file's taxonomy for a store's records: of ``items`` (a file or folder) where given,
     else of the file the run logs name; None where the store holds a registered benchmark's runs only
@@ -51,4 +67,4 @@ def store_taxonomy(records: str | Path, items: str | None = None) -> Taxonomy | 
     return resolve(benchmark, card).file_taxonomy()
 
 
-__all__ = ["logged_benchmark_files", "store_taxonomy"]
+__all__ = ["logged_benchmark_files", "store_benchmark", "store_taxonomy"]
