@@ -345,3 +345,60 @@ def test_a_mixed_language_file_gets_the_exam_format_and_one_line_on_how_to_choos
     assert lines == [f"{path}: mixed languages (2 of 4 questions in Chinese script): every item gets the exam format "
                      f"(CMMLU's Chinese header, cue zh_cue); to choose, set `language: en` or `language: zh` in a "
                      f"card ({tmp_path / 'mixed.card.yaml'}), or split the file by language"]
+
+
+@pytest.mark.registry
+def test_a_users_file_all_the_way_with_only_model_benchmark_and_out(tmp_path, capsys):
+    """Issue 44's path as a new user walks it, no option beyond --model, --benchmark and --out: the
+    Chinese CSV (string ids, Chinese subjects, 2 to 5 options) runs under the ten-label set it chose
+    and said; rescore prints chance as the mean of 1/N and groups by the file's category column;
+    confirm --run-audit finds no padded ties; release build and verify take the string ids and
+    Chinese subjects. The English file without a card runs under the English prompt and says so, and
+    explain between it and a carded run shows each side's own template."""
+    pytest.importorskip("torch")
+    import csv
+    from fractions import Fraction
+
+    with open(FIXTURE / "zh.csv", encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    data = tmp_path / "quiz.csv"
+    with open(data, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({**row, "id": f"q{row['id']}"} for row in rows)
+    widths = [sum(1 for c in "ABCDE" if row[c]) for row in rows]
+    out = tmp_path / "runs" / "zh"
+    assert main(["run", "--model", "smollm2-135m-instruct", "--benchmark", str(data), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "label sets: A10_halfwidth, chosen because" in err
+    assert main(["rescore", str(out), "--json"]) == 0
+    overall = [r for r in json.loads(capsys.readouterr().out)["rows"] if r["aggregation"] == "micro"]
+    exact = float(sum(Fraction(1, n) for n in widths) / len(widths))
+    assert overall and all(r["chance"] == pytest.approx(exact, rel=1e-12) for r in overall)
+    assert main(["rescore", str(out), "--level", "category", "--json"]) == 0  # the file's own column
+    groups = {r["group"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert groups == {row["category"] for row in rows}
+    assert main(["confirm", str(out), "--run-audit"]) == 0  # no item ties on padding
+    assert "items tie" not in capsys.readouterr().out
+    bundle = tmp_path / "bundle"
+    assert main(["release", "build", str(out), "--out", str(bundle), "--benchmark", str(data)]) == 0
+    manifest = json.loads((bundle / "MANIFEST.json").read_text(encoding="utf-8"))
+    assert {row["subject"] for row in rows} | {f"q{row['id']}" for row in rows} == set(manifest["uid_escapes"].values())
+    assert main(["release", "verify", str(bundle), "--benchmark", str(data)]) == 0
+    assert f"leakage audit clean against {len(rows)} items" in capsys.readouterr().out
+
+    english = _without_card(tmp_path)
+    carded = tmp_path / "carded" / "quiz.jsonl"
+    carded.parent.mkdir()
+    shutil.copyfile(english, carded)
+    (carded.parent / "quiz.card.yaml").write_text('language: en\noption: "({label}) {text}\\n"\n', encoding="utf-8")
+    for path, name in ((english, "en"), (carded, "en_card")):
+        assert main(["run", "--model", "smollm2-135m-instruct", "--benchmark", str(path),
+                     "--out", str(tmp_path / "runs" / name)]) == 0
+        err = capsys.readouterr().err
+        assert ("English questions (0 of" in err) == (name == "en")
+    assert main(["explain", f"{tmp_path / 'runs' / 'en'}:scorer=M1-seq", f"{tmp_path / 'runs' / 'en_card'}:scorer=M1-seq",
+                 "--json", "--bootstrap", "200"]) == 0
+    diff = json.loads(capsys.readouterr().out)["prompt_diff"]
+    assert '-"A. {{A}}\\n"' in diff and '+"(A) {{A}}\\n"' in diff
+    assert not any("以下是中国" in line or "答案" in line for line in diff)
