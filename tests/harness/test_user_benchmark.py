@@ -353,8 +353,9 @@ def test_a_users_file_all_the_way_with_only_model_benchmark_and_out(tmp_path, ca
     Chinese CSV (string ids, Chinese subjects, 2 to 5 options) runs under the ten-label set it chose
     and said; rescore prints chance as the mean of 1/N and groups by the file's category column;
     confirm --run-audit finds no padded ties; release build and verify take the string ids and
-    Chinese subjects. The English file without a card runs under the English prompt and says so, and
-    explain between it and a carded run shows each side's own template."""
+    Chinese subjects; claim notebook 08 re-executes on the run with benchmark=FILE. The English file
+    without a card runs under the English prompt and says so, and explain between it and a carded run
+    shows each side's own template."""
     pytest.importorskip("torch")
     import csv
     from fractions import Fraction
@@ -386,6 +387,14 @@ def test_a_users_file_all_the_way_with_only_model_benchmark_and_out(tmp_path, ca
     assert {row["subject"] for row in rows} | {f"q{row['id']}" for row in rows} == set(manifest["uid_escapes"].values())
     assert main(["release", "verify", str(bundle), "--benchmark", str(data)]) == 0
     assert f"leakage audit clean against {len(rows)} items" in capsys.readouterr().out
+    # a claim notebook re-executed on the file's run: benchmark= gives its categories, as records= its store
+    protocol = json.dumps({"scorer": "M1-seq", "label_set": "A10_halfwidth", "context": "zh_cue", "shots": 0,
+                           "order": "original"})
+    assert main(["book", "execute", "--only", "08_benchmark_practice", "--param", f"records={out}", "--param",
+                 f"benchmark={data}", "--param", f"protocol={protocol}", "--as", "mine08",
+                 "--out", str(tmp_path / "book")]) == 0
+    executed = (tmp_path / "book" / "mine08.ipynb").read_text(encoding="utf-8")
+    assert "Social Science" in executed and "2 macro and 2 micro category rows recomputed from subjects" in executed
 
     english = _without_card(tmp_path)
     carded = tmp_path / "carded" / "quiz.jsonl"
