@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cube.analysis.chance import options_per_record
 from cube.analysis.stats import mcnemar_exact
 from cube.errors import RecordsError
 from cube.records.store import column_codes, group_ids, list_matrix
@@ -51,9 +52,17 @@ def pattern_codes(reps: np.ndarray) -> np.ndarray:
     return reps.astype(np.int64) @ (k ** np.arange(k, dtype=np.int64))
 
 
-def score_representatives(scores: np.ndarray) -> np.ndarray:
-    """For each item and option, the first option whose score is exactly equal."""
+def score_representatives(scores: np.ndarray, n_options: np.ndarray | None = None) -> np.ndarray:
+    """For each item and option, the first option whose score is exactly equal.
+
+    ``n_options``: each item's option count, where items of fewer options are padded to the widest
+    (``list_matrix``'s -inf): a padded column is its own representative, never tied to another
+    padded one, since it is no option at all (a 3-option item under a 10-label set read "D=E")."""
     equal = scores[:, :, None] == scores[:, None, :]
+    if n_options is not None:
+        shown = np.arange(scores.shape[1])[None, :] < np.asarray(n_options)[:, None]
+        equal &= shown[:, :, None] & shown[:, None, :]
+        equal |= np.eye(scores.shape[1], dtype=bool)[None, :, :]
     return np.argmax(equal, axis=2)
 
 
@@ -140,7 +149,7 @@ def observe_ties(table: pa.Table) -> list[ObservedCell]:
     scores = list_matrix(strict, "scores")
     n, k = scores.shape
     rows = np.arange(n)
-    reps = score_representatives(scores)
+    reps = score_representatives(scores, options_per_record(strict))
     code = pattern_codes(reps)
     no_tie = int(pattern_codes(np.arange(k)[None, :])[0])
 

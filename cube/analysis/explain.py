@@ -493,7 +493,8 @@ def _max_score_difference(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarr
     scores_b = list_matrix(b.table.take(pa.array(rows_b)), "scores")
     if scores_a.shape != scores_b.shape or np.isnan(scores_a).any() or np.isnan(scores_b).any():
         return None
-    return float(np.abs(scores_a - scores_b).max())
+    # both padded (-inf: an item of fewer options than the widest) is no difference, not NaN
+    return float(np.where(scores_a == scores_b, 0.0, np.abs(scores_a - scores_b)).max())
 
 
 def _weights_of(in_set: np.ndarray, subject: np.ndarray, aggregation: str) -> list[Fraction]:
@@ -533,7 +534,9 @@ def explain_slices(spec_a: SliceSpec, spec_b: SliceSpec, allow_incomplete: bool 
     cube's own cells are judged against the frozen tokenizer audit (made before any record); an
     imported store carries its own audit in its manifest.
     """
+    from cube.analysis.chance import options_per_record
     from cube.analysis.confirm import model_families
+    from cube.analysis.store_file import store_benchmark
     from cube.config import FROZEN_PREDICTION
     from cube.records.store import read_manifest, read_records
     from cube.tokenizers.audit import read_prediction
@@ -551,7 +554,10 @@ def explain_slices(spec_a: SliceSpec, spec_b: SliceSpec, allow_incomplete: bool 
         cell = first_cell(table)
         family = model_families(manifest).get(cell["model"])
         contexts = pc.unique(table.column("context")).to_pylist()
-        protocol = describe(manifest, cell, frozen, family, contexts)
+        bench = store_benchmark(spec.store, cell["benchmark"])  # a user's file: the templates its run read
+        templates = bench.templates() if bench is not None and bench.user is not None else None
+        protocol = describe(manifest, cell, frozen, family, contexts, templates,
+                            int(options_per_record(table).max()) if table.num_rows else None)
         aggregation = spec.aggregation
         if aggregation == HARNESS_AGGREGATION:
             aggregation = protocol.headline

@@ -45,29 +45,39 @@ CUBE_TOKENIZATION = {"in_context": "whole text, label past the common prefix",
                      "separate": "prompt and label tokenized apart"}
 
 
-def _cube_prompt(cell: Mapping[str, Any]) -> tuple[str | None, str | None, str | None]:
+def _cube_prompt(cell: Mapping[str, Any], templates: Mapping[str, Any] | None = None,
+                 n_options: int | None = None) -> tuple[str | None, str | None, str | None]:
     """cube's prompt of a cell as a template, its label prefix and tokenization; Nones where the
-    cell is not a label cell cube can render (cloze, judgement, chain of thought)."""
+    cell is not a label cell cube can render (cloze, judgement, chain of thought), or where it was
+    made on a user's file that is not at hand (its card decides the prompt, not CMMLU's template).
+
+    ``templates``: the ones the run rendered with (``Benchmark.templates`` of the file it read;
+    None: CMMLU's and C-Eval's exam format); ``n_options``: the most options an item of the cell
+    shows, so a ten-label set shows the labels it showed (its first N), not all ten."""
     from cube.importers.lm_eval import OPTION_FIELDS
+    from cube.protocol.benchmarks import BENCHMARKS
     from cube.protocol.chat import split_context
     from cube.protocol.label_sets import load_label_sets
     from cube.protocol.prompts import answer_context, load_templates, option_permutation
 
     context = split_context(cell["context"])[0]  # the plain prompt; the chat form is its own dimension
+    exam = templates is None
+    if exam and cell.get("benchmark") not in (None, *BENCHMARKS):
+        return None, None, None
     try:
-        templates = load_templates()
-        label_set = load_label_sets()[cell["label_set"]]
+        templates = load_templates() if exam else templates
+        labels = load_label_sets()[cell["label_set"]].labels[:n_options]
         cue, prefix = answer_context(templates, context)
         mode = str(templates["contexts"][context].get("tokenization", "in_context"))
-        shown = option_permutation(cell["order"], len(label_set.labels))
+        shown = option_permutation(cell["order"], len(labels))
     except (CubeError, KeyError):
         return None, None, None
     option = str(templates["option"])
-    text = (str(templates["header"]).format(subject="{{subject_zh}}")
+    text = (str(templates["header"]).format(subject="{{subject_zh}}" if exam else "{{subject}}")
             + str(templates["question"]).format(question="{{Question}}")
             + "".join(option.format(label=label, text="{{" + (OPTION_FIELDS[index] if index < len(OPTION_FIELDS)
                                                               else "ABCDEFGHIJ"[index]) + "}}")
-                      for label, index in zip(label_set.labels, shown))
+                      for label, index in zip(labels, shown))
             + cue)
     if int(cell["shots"]) > 0:
         text = EXEMPLAR_SLOT + text
@@ -85,10 +95,13 @@ def _frozen_verdict(frozen: Mapping[str, Any] | None, family: str | None, cell: 
 
 def describe(manifest: Mapping[str, Any], cell: Mapping[str, Any],
              frozen_audit: Mapping[str, Any] | None = None, family: str | None = None,
-             contexts: Sequence[str] = ()) -> ScoringProtocol:
+             contexts: Sequence[str] = (), templates: Mapping[str, Any] | None = None,
+             n_options: int | None = None) -> ScoringProtocol:
     """The protocol of one cell of a store, from the store's manifest (and cube's frozen audit
     for cube's own cells, whose verdicts were made before any record existed). ``contexts``: all
-    the slice's contexts, where a prefix joined several (OpenCompass's one per subject)."""
+    the slice's contexts, where a prefix joined several (OpenCompass's one per subject);
+    ``templates`` and ``n_options``: a cube cell's own prompt format and option count
+    (``_cube_prompt``)."""
     metadata = manifest.get("metadata") or {}
     normalisation = SCORER_NORMALISATION.get(cell["scorer"], cell["scorer"])
     family = family or (metadata.get("families") or {}).get(cell["model"])
@@ -99,7 +112,7 @@ def describe(manifest: Mapping[str, Any], cell: Mapping[str, Any],
     if harness is not None:  # a store of an importer this version does not know: its prompt is not read
         return ScoringProtocol(str(harness), None, None, None, normalisation, None,
                                extractor=extractor_of(cell["scorer"]), exemplars=exemplars_of(cell["shots"], None))
-    prompt, prefix, tokenization = _cube_prompt(cell)
+    prompt, prefix, tokenization = _cube_prompt(cell, templates, n_options)
     digest = _chat_sha256(manifest, cell)
     return ScoringProtocol("cube", prompt, prefix, tokenization, normalisation,
                            _frozen_verdict(frozen_audit, family, cell), extractor=extractor_of(cell["scorer"]),

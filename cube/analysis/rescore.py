@@ -33,10 +33,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from scipy.special import bdtr
 
+from cube.analysis.chance import options_per_record
 from cube.analysis.stats import (
     Binning,
     NoiseFloor,
+    above_chance_p_per_item,
     average_ranks,
     expected_calibration_error,
     footrule,
@@ -98,7 +101,7 @@ def select(table: pa.Table, **filters: Any) -> pa.Table:
 RESULT_COLUMNS = (
     *CELL_COLUMNS, "level", "group", "aggregation", "n_subjects", "n", "n_correct",
     "n_parse_failed", "accuracy", "ci_lo", "ci_hi", "parse_failure_rate", "n_tied", "tie_rate",
-    "n_within_noise", "within_noise_rate",
+    "n_within_noise", "within_noise_rate", "chance", "p_above_chance",
 )
 
 
@@ -116,6 +119,32 @@ class SubjectCounts:
     # decisions a change of layout alone could flip (``cube.analysis.noise``), float: NaN where
     # unknown; None: not counted at all
     n_within_noise: np.ndarray | None = None
+    # records per option count (column N: items of N options): a guesser's chance is 1/N per item,
+    # so a slice of mixed option counts has chance mean(1/N) (``cube.analysis.chance``) and its
+    # exact test against chance is the Poisson-binomial (``above_chance_p_per_item``)
+    n_by_options: np.ndarray | None = None
+
+
+def chance_and_p(by_options: np.ndarray, n_correct: np.ndarray) -> tuple[np.ndarray, list[float | None]]:
+    """Each row's chance level (the mean of 1/N over its records) and the one-sided exact p-value
+    of its correct count against it, from its records per option count."""
+    width = by_options.shape[1]
+    inverse = np.zeros(width)
+    inverse[1:] = 1.0 / np.arange(1, width)
+    n = by_options.sum(axis=1)
+    chance = (by_options @ inverse) / np.maximum(n, 1)
+    p_values: list[float | None] = []
+    one_count = (by_options > 0).sum(axis=1) == 1  # the common case (CMMLU): one binomial test, vectorised
+    n_int, k_int = np.rint(n).astype(np.int64), np.rint(np.asarray(n_correct, dtype=np.float64)).astype(np.int64)
+    uniform = np.where(k_int > 0, bdtr(n_int - k_int, n_int, 1.0 - chance), 1.0)
+    for row, (counts, k) in enumerate(zip(by_options.astype(np.int64), n_correct)):
+        if counts.sum() == 0 or counts[:2].sum() > 0:  # a record of 0 or 1 options: no chance below 1, no test
+            p_values.append(None)
+        elif one_count[row]:
+            p_values.append(float(uniform[row]))
+        else:
+            p_values.append(above_chance_p_per_item(int(k), np.repeat(inverse, counts)))
+    return chance, p_values
 
 
 def subject_counts(table: pa.Table) -> SubjectCounts:
@@ -137,10 +166,13 @@ def subject_counts(table: pa.Table) -> SubjectCounts:
         # a null (precision or margin unknown) makes its group's count NaN: shown as not known
         weights = pc.cast(table.column("within_noise"), pa.float64()).to_numpy(zero_copy_only=False)
         within = np.bincount(ids, weights=weights, minlength=len(keys))
+    options = options_per_record(table)
+    width = int(options.max()) + 1
+    by_options = np.bincount(ids * width + options, minlength=len(keys) * width).reshape(len(keys), width)
     cell_of_key: dict[tuple, int] = {}
     cell = np.array([cell_of_key.setdefault(k[:-1], len(cell_of_key)) for k in keys], np.int64)
     return SubjectCounts(
-        list(cell_of_key), cell, [k[-1] for k in keys], n, correct, failed, tied, within
+        list(cell_of_key), cell, [k[-1] for k in keys], n, correct, failed, tied, within, by_options
     )
 
 
@@ -159,6 +191,8 @@ def _rows(
     hi: np.ndarray,
     tied: np.ndarray,
     within: np.ndarray | None = None,
+    chance: np.ndarray | None = None,
+    p_above_chance: list[float | None] | None = None,
 ) -> dict[str, list]:
     cell_keys = [counts.cells[int(c)] for c in cell]
     out: dict[str, list] = {
@@ -174,6 +208,8 @@ def _rows(
                         (within if within is not None else n)],
         within_noise_rate=[None if within is None or np.isnan(w) else float(w / m) for w, m in
                            zip(within if within is not None else n, n)],
+        chance=[None] * len(cell) if chance is None else chance.tolist(),
+        p_above_chance=p_above_chance if p_above_chance is not None else [None] * len(cell),
     )
     return out
 
@@ -183,7 +219,7 @@ def _subject_level(counts: SubjectCounts, level: float) -> dict[str, list]:
     return _rows(
         counts, counts.cell, "subject", counts.subject, "pooled", np.ones_like(counts.n),
         counts.n, counts.n_correct, counts.n_parse_failed, counts.n_correct / counts.n, lo, hi,
-        counts.n_tied, counts.n_within_noise,
+        counts.n_tied, counts.n_within_noise, *chance_and_p(counts.n_by_options, counts.n_correct),
     )
 
 
@@ -210,15 +246,21 @@ def _aggregate(
     within = None if counts.n_within_noise is None else total(counts.n_within_noise)
     subjects = np.bincount(inverse, minlength=size)
     lo, hi = wilson_interval(k, n, level)
+    by_options = np.stack([np.bincount(inverse, weights=column[member_row].astype(np.float64), minlength=size)
+                           for column in counts.n_by_options.T], axis=1)
     micro = _rows(counts, cell, level_name, group, "micro", subjects, n.astype(np.int64),
-                  k.astype(np.int64), failed.astype(np.int64), k / n, lo, hi, tied, within)
+                  k.astype(np.int64), failed.astype(np.int64), k / n, lo, hi, tied, within,
+                  *chance_and_p(by_options, k))
+    subject_chance, _ = chance_and_p(counts.n_by_options, counts.n_correct)
+    macro_chance = np.bincount(inverse, weights=subject_chance[member_row], minlength=size) / subjects
 
     p = counts.n_correct / counts.n
     mean = np.bincount(inverse, weights=p[member_row], minlength=size) / subjects
     inverse_n = np.bincount(inverse, weights=1.0 / counts.n[member_row], minlength=size)
     macro_lo, macro_hi = stratified_wilson_interval(mean, subjects**2 / inverse_n, level)
     macro = _rows(counts, cell, level_name, group, "macro", subjects, n.astype(np.int64),
-                  k.astype(np.int64), failed.astype(np.int64), mean, macro_lo, macro_hi, tied, within)
+                  k.astype(np.int64), failed.astype(np.int64), mean, macro_lo, macro_hi, tied, within,
+                  macro_chance)  # a mean of subjects' rates: the chance it is held to is theirs, averaged
     return [micro, macro]
 
 
@@ -261,6 +303,8 @@ def _concat(parts: list[dict[str, list]], named_groups: frozenset[str] = frozens
     for name in ("n_within_noise",):
         columns[name] = pa.array(columns[name], type=pa.int64())
     columns["within_noise_rate"] = pa.array(columns["within_noise_rate"], type=pa.float64())
+    for name in ("chance", "p_above_chance"):
+        columns[name] = pa.array(columns[name], type=pa.float64())
     named = [g in named_groups for g in columns["group"]]
     table = pa.table({**columns, "_named": named})
     order = [(c, "ascending") for c in (*CELL_COLUMNS, "_named", "group", "aggregation")]

@@ -23,7 +23,7 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import bdtr, chdtrc
+from scipy.special import bdtr, chdtrc, gammaln
 from tqdm import tqdm
 
 from cube.errors import CubeError
@@ -482,6 +482,42 @@ def above_chance_p(n_correct: int, n: int, chance: float) -> float:
     if not 0.0 < chance < 1.0:
         raise CubeError(f"chance must lie in (0, 1), got {chance!r}")
     return float(bdtr(n - n_correct, n, 1.0 - chance)) if n_correct > 0 else 1.0
+
+
+def poisson_binomial_pmf(chances: ArrayLike) -> NDArray[np.float64]:
+    """P(X = j), j = 0..n, of X the number right among independent items, item i right with
+    probability ``chances[i]`` (a guesser on items of N_i options: 1/N_i).
+
+    Items share a few option counts, so the distribution is the convolution of one binomial per
+    distinct chance (exact, and O(n · distinct) instead of the O(n²) recursion over items)."""
+    p = np.asarray(chances, dtype=np.float64).reshape(-1)
+    if p.size and (np.isnan(p).any() or p.min() <= 0.0 or p.max() >= 1.0):
+        raise CubeError("chances must lie in (0, 1)")
+    pmf = np.ones(1)
+    for chance, m in zip(*np.unique(p, return_counts=True)):
+        j = np.arange(m + 1)
+        log_pmf = (gammaln(m + 1) - gammaln(j + 1) - gammaln(m - j + 1) + j * math.log(chance)
+                   + (m - j) * math.log1p(-chance))
+        pmf = np.convolve(pmf, np.exp(log_pmf))
+    return pmf
+
+
+def above_chance_p_per_item(n_correct: int, chances: ArrayLike) -> float:
+    """One-sided exact p-value of ``n_correct`` right against a guesser whose chance differs by
+    item (``chances[i]`` = 1/N_i): the Poisson-binomial tail P(X >= n_correct).
+
+    A user's file of 3-, 4- and 5-option items has no single chance rate, and a binomial at the
+    mean rate is not exact. Where every item has the same chance it is ``above_chance_p``'s
+    binomial tail, computed by that function (so the two agree to the last digit)."""
+    p = np.asarray(chances, dtype=np.float64).reshape(-1)
+    n = p.size
+    if not 0 <= n_correct <= n or n < 1:
+        raise CubeError(f"need 0 <= n_correct <= n and n >= 1, got {n_correct!r} of {n!r}")
+    if np.all(p == p[0]):
+        return above_chance_p(n_correct, n, float(p[0]))
+    if n_correct == 0:
+        return 1.0
+    return float(min(1.0, poisson_binomial_pmf(p)[n_correct:].sum()))
 
 
 # --------------------------------------------------------------------------------------------

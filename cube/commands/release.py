@@ -205,7 +205,8 @@ def run_verify(args: argparse.Namespace) -> int:
         print(f"FAIL {problem}")
     if report.ok:
         audit = (f"leakage audit clean against {report.n_items_audited:,} items"
-                 if report.n_items_audited is not None else "leakage audit not run (no --items)")
+                 if report.n_items_audited is not None else "leakage audit not run: give the items the records were made "
+                 "on, --items CMMLU_FOLDER or --benchmark FILE for your own file")
         print(f"bundle OK: {report.n_files} files match {args.bundle}/SHA256SUMS; "
               f"{report.n_records:,} records valid; {audit}")
         for line in report.incomplete:

@@ -54,7 +54,8 @@ def register(subparsers) -> None:
                                  "(comma-separated; repeatable)")
     parser.add_argument("--level", choices=("subject", "category", "overall"), default="overall")
     parser.add_argument("--taxonomy", choices=("cmmlu", "ceval"), default=None,
-                        help="subject categories (default: each benchmark's own)")
+                        help="subject categories (default: each benchmark's own; a file of yours: its category "
+                             "column, read from --items FILE or the file its run read)")
     parser.add_argument("--versus", nargs="+", metavar="FIELD=VALUE",
                         help="regression table against the slice with these fields replaced; FIELD one of "
                              f"{', '.join(dest for dest, _ in SLICE_OPTIONS)}, e.g. --versus label_set=L4_circled")
@@ -156,13 +157,18 @@ def format_rows(rows: list[dict]) -> str:
             title = _cell_title(r)
             lines.append(title)
             lines.append(f"{'group':<{width}}  {'level':<8} {'agg':<6} {'n':>6} {'acc':>6}  "
-                         f"{'95% CI':<15} {'parse-fail':>10} {'tied':>6} {'in-noise':>8}")
+                         f"{'95% CI':<15} {'chance':>6} {'parse-fail':>10} {'tied':>6} {'in-noise':>8}")
         lines.append(
             f"{r['group']:<{width}}  {r['level']:<8} {r['aggregation']:<6} {r['n']:>6} "
-            f"{r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] "
+            f"{r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] {_rate(r.get('chance')):>6} "
             f"{r['parse_failure_rate']:>10.1%} {r['tie_rate']:>6.1%} {_share(r.get('within_noise_rate')):>8}"
         )
     return "\n".join(lines)
+
+
+def _rate(value) -> str:
+    """A chance level (the mean of 1/N over the records: cube.analysis.chance) to three places."""
+    return "-" if value is None else f"{value:.3f}"
 
 
 def _share(rate) -> str:
@@ -254,7 +260,12 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{_cell_title(r)}: ECE {r['ece']:.4f} over {r['n']} items")
         return 0
 
-    result = rescore(with_noise_marks(sliced, args.records), level=args.level, taxonomy=args.taxonomy)
+    taxonomy = args.taxonomy
+    if args.level == "category" and taxonomy is None:  # a user's file: its own category column
+        from cube.analysis.store_file import store_taxonomy
+
+        taxonomy = store_taxonomy(args.records, items_option(args.items)[0] if args.items else None) or None
+    result = rescore(with_noise_marks(sliced, args.records), level=args.level, taxonomy=taxonomy)
     warnings = incomplete + result.warnings
     for warning in result.warnings:
         print(warning, file=sys.stderr)

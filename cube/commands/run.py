@@ -49,9 +49,11 @@ def register(subparsers) -> None:
                    help="draw --sample from the stratified sample of N items (same seed), so that a "
                         "subset run (CoT, 5-shot) shares its items with the full run")
     p.add_argument("--subjects", type=comma_list("--subjects"), help="comma-separated subjects (default: all)")
-    p.add_argument("--label-sets", type=comma_list("--label-sets"), default=",".join(D("label_sets")),
-                   help=f"comma-separated label sets (default {','.join(D('label_sets'))}; the study's: L1_halfwidth, "
-                        "L2_fullwidth, L3_ganzhi, L4_circled). Your own: add it to label_sets.yaml in a copy of "
+    p.add_argument("--label-sets", type=comma_list("--label-sets"),
+                   help="comma-separated label sets (default: L1_halfwidth, or A10_halfwidth where an item has more "
+                        "than 4 options, each item showing its first N labels; the study's: L1_halfwidth, "
+                        "L2_fullwidth, L3_ganzhi, L4_circled; ten-label: A10_halfwidth, A10_fullwidth, A10_ganzhi, "
+                        "A10_circled). Your own: add it to label_sets.yaml in a copy of "
                         "the config folder and point CUBE_CONFIG_DIR at it (README: Your own label sets and cues)")
     p.add_argument("--scorers", type=comma_list("--scorers"), default=",".join(D("scorers")),
                    help=scorers_help())
@@ -150,17 +152,19 @@ def build_spec(args: argparse.Namespace):
 
 
 def print_scores(out: Path, spec) -> None:
-    """Each cell's score of this run's model and scorers in the store, with its shares of tied
-    decisions, parse failures and decisions within the precision's noise beside it (issue 36 §4):
-    a run ends with its results, as every other harness's does, and a tie-break's accuracy never
-    stands as a plain number. The same warnings as ``cube rescore`` follow, then what the columns
-    mean. A generation scorer's cells are its records' (M6 writes M6-strict and M6-lenient): they
-    were left out, selected by the scorer's name. The cell column is as wide as its longest cell."""
+    """Each cell's score of this run's model and scorers in the store, with its chance level (the
+    mean of 1/N over its items: a file of 3- to 5-option items is not held to 1/4) and its shares of
+    tied decisions, parse failures and decisions within the precision's noise beside it (issue 36
+    §4): a run ends with its results, as every other harness's does, and a tie-break's accuracy
+    never stands as a plain number. The same warnings as ``cube rescore`` follow, then what the
+    columns mean. A generation scorer's cells are its records' (M6 writes M6-strict and
+    M6-lenient): they were left out, selected by the scorer's name. The cell column is as wide as
+    its longest cell."""
     from cube.analysis.rescore import rescore, select
     from cube.protocol.scorers import SCORERS
     from cube.records.store import read_records
 
-    from cube.commands.rescore import COLUMNS_MEAN, _share, with_noise_marks
+    from cube.commands.rescore import COLUMNS_MEAN, _rate, _share, with_noise_marks
 
     recorded = list(dict.fromkeys(name for scorer in spec.scorers for name in SCORERS[scorer].records))
     table = select(read_records(out, verify=False, allow_incomplete=True), model=spec.model, scorer=recorded)
@@ -170,10 +174,12 @@ def print_scores(out: Path, spec) -> None:
     rows = [r for r in result.rows.to_pylist() if r["aggregation"] == "micro"]
     cells = [f"{r['model']} {r['scorer']} {r['label_set']} {r['context']} {r['shots']}-shot {r['order']}" for r in rows]
     width = max(len("cell"), *map(len, cells))
-    print(f"{'cell':<{width}} {'n':>5} {'acc':>6}  {'95% CI':<15} {'tied':>6} {'parse-fail':>10} {'in-noise':>8}")
+    print(f"{'cell':<{width}} {'n':>5} {'acc':>6}  {'95% CI':<15} {'chance':>6} {'tied':>6} {'parse-fail':>10} "
+          f"{'in-noise':>8}")
     for cell, r in zip(cells, rows):
         print(f"{cell:<{width}} {r['n']:>5} {r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] "
-              f"{r['tie_rate']:>6.1%} {r['parse_failure_rate']:>10.1%} {_share(r['within_noise_rate']):>8}")
+              f"{_rate(r['chance']):>6} {r['tie_rate']:>6.1%} {r['parse_failure_rate']:>10.1%} "
+              f"{_share(r['within_noise_rate']):>8}")
     for warning in result.warnings:
         print(warning)
     print(COLUMNS_MEAN)
@@ -228,6 +234,8 @@ def run(args: argparse.Namespace) -> int:
         # the audit made before the weights load; printed once the store has taken the run, so
         # that a refused run is its one error line
         print(format_run_audit(spec.model, list(spec.settings.audit)), end="", file=sys.stderr)
+        for line in spec.settings.notes:  # what the run chose for the user's file: said, never silent
+            print(line, file=sys.stderr)
         for line in degenerate_warnings(spec) + option_warnings(list(spec.items)):
             print(f"WARNING: {line}", file=sys.stderr)
         dtype = spec.settings.dtype

@@ -45,7 +45,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     from cube.harness.precision import check_device, choose_dtype, recorded_dtype
     from cube.protocol.benchmarks import resolve
     from cube.protocol.items import stratified_sample
-    from cube.protocol.label_sets import select_label_sets, short_label_sets
+    from cube.protocol.label_sets import DEFAULT_LABEL_SETS, default_label_sets, select_label_sets, short_label_sets
     from cube.protocol.prompts import Cell
     from cube.records.leakage import build_index
 
@@ -62,12 +62,24 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
         config = replace(config, contexts=bench.contexts)
     check_contexts(config.contexts, templates)
     chat_template = chat_template_of(model, config)  # a checkpoint without one asked for `model`: one line, here
-    label_sets = select_label_sets(list(config.label_sets))
-    cells = [Cell(ls, ctx, n, order, chat) for ls in label_sets for ctx in config.contexts
-             for n in config.shots for order in config.orders for chat in config.chat_templates]
+
+    def cells_of(names) -> tuple[list, list]:
+        label_sets = select_label_sets(list(names))
+        return label_sets, [Cell(ls, ctx, n, order, chat) for ls in label_sets for ctx in config.contexts
+                            for n in config.shots for order in config.orders for chat in config.chat_templates]
+
+    # a named set's typo or a bad order is an argument error: before the data (the default sets,
+    # which the items decide, are checked here as the study's and chosen once the items are read)
+    label_sets, cells = cells_of(config.label_sets or DEFAULT_LABEL_SETS)
     subjects = list(config.subjects) if config.subjects is not None else None
     root = bench.root(config.data)
     items = bench.load(root, (config.split,), subjects)
+    notes = list(bench.notes)
+    if config.label_sets is None:  # the sets that fit the items (every one of the split, sampled or not)
+        names, note = default_label_sets([len(item.options) for item in items])
+        config = replace(config, label_sets=names)
+        notes += [note] if note is not None else []
+        label_sets, cells = cells_of(config.label_sets)
     for option, size in (("--within", config.within), ("--sample", config.sample)):
         if size is not None and size > len(items):
             raise ConfigError(f"{option} {size} is more than the {len(items)} {config.split} items to draw from")
@@ -101,7 +113,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
             dtype_reason=precision.reason, backend=config.backend, config=config,
             audit=tuple(audit_cells(model, label_sets, config, chat_template, templates,
                                     max(len(i.options) for i in items))),
-            chat_template=chat_template, **served_settings(model),
+            chat_template=chat_template, notes=tuple(notes), **served_settings(model),
         ),
     )
     preflight(spec)  # every prompt the run will build: shots, orders, label sets, names

@@ -55,7 +55,9 @@ class RunConfig:
     within: int | None = None
     seed: int = 0
     subjects: tuple[str, ...] | None = None
-    label_sets: tuple[str, ...] = ("L1_halfwidth",)
+    # None: the benchmark's own (``cube.protocol.label_sets.default_label_sets``): L1_halfwidth, or
+    # A10_halfwidth where some item has more than 4 options; resolved by ``build_spec``, which says so
+    label_sets: tuple[str, ...] | None = None
     scorers: tuple[str, ...] = ("M1-seq", "M1-strict")
     shots: tuple[int, ...] = (0,)
     # None: the benchmark's own (``Benchmark.contexts``): zh_cue for CMMLU and C-Eval, en_label_space
@@ -239,6 +241,9 @@ class RunSettings:
     served_model_id: str | None = None
     served_revision: str | None = None
     audit_checked_against: str | None = None  # the local tokenizer the server's tokens were held to
+    # What the run chose because the command did not say (an English file's prompt, the ten-label
+    # sets): printed by ``cube run``; the choices themselves are in ``config`` and the cells
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("subjects", "model_files"):
@@ -286,7 +291,7 @@ class RunSettings:
         ``model_files``, ``model_source`` or ``audit`` (before issue 37) reads them as None/empty,
         and a line without ``config`` gets the one its command says (``RunConfig.from_log``). The
         audit stays in its logged (JSON) form."""
-        names = {f.name for f in fields(cls)} - {"config", "audit", "chat_template"}
+        names = {f.name for f in fields(cls)} - {"config", "audit", "chat_template", "notes"}
         values = {n: entry.get(n) for n in names}
         if isinstance(values["model_files"], Mapping):
             values["model_files"] = tuple(sorted(values["model_files"].items()))

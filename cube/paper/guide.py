@@ -20,6 +20,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cube.config import REPO_ROOT
 from cube.errors import ConfigError
 
 # A tqdm progress line ("desc:  41%|####      | 405/987 [00:00<00:01, 529.89tok/s]"), and its
@@ -43,7 +44,7 @@ def cube(command: str, expect: int = 0, paths: Mapping[str, str] | None = None, 
     """Run ``cube ...`` (the text after ``cube``, as a reader types it) and keep what it printed.
 
     It runs as a reader's terminal runs it: a fresh process (``python -m cube``, the interpreter of
-    this kernel) in the current folder, standard error interleaved with standard output as they
+    this kernel) in the clone's root, standard error interleaved with standard output as they
     were written (unbuffered), progress bars left out (a page is not a terminal).
     ``paths`` maps a folder the page uses to the name shown for it (a temporary store shown as
     ``runs/quiz``), in the command and in the output. A status other than ``expect`` raises,
@@ -54,8 +55,9 @@ def cube(command: str, expect: int = 0, paths: Mapping[str, str] | None = None, 
     if argv[:1] == ["cube"]:
         argv = argv[1:]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "100"}
+    # in the clone's root, as the README's commands are typed (nbval starts kernels in the page's folder)
     proc = subprocess.run([sys.executable, "-m", "cube", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, env=env, timeout=timeout, check=False)
+                          text=True, env=env, timeout=timeout, check=False, cwd=REPO_ROOT)
     text, status = proc.stdout, proc.returncode
     shown = "cube " + " ".join(shlex.quote(a) for a in argv)
     for real, name in sorted(paths.items(), key=lambda kv: -len(kv[0])):

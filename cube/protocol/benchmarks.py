@@ -22,6 +22,7 @@ from cube.errors import ConfigError
 from cube.protocol.items import Item, default_benchmark_root, load_ceval, load_cmmlu
 
 Loader = Callable[..., list[Item]]  # (root, splits=..., subjects=...) -> items
+NO_CATEGORY = "(no category)"  # a user's subject whose rows name no category
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class Benchmark:
     extra_contexts: dict = field(default_factory=dict, compare=False)
     sha256: str | None = None
     user: object | None = field(default=None, compare=False, repr=False)  # the UserBenchmark read
+    # What was chosen for the user because the file did not say (its language's prompt format):
+    # lines ``cube run`` prints, so that a default is never silent
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     def root(self, explicit: str | Path | None = None) -> Path:
         """Where its items are read from: the user's path, else the lookup (``--data`` first)."""
@@ -76,6 +80,17 @@ class Benchmark:
         from cube.protocol.prompts import templates_for
 
         return templates_for(self.prompt_format, self.template_overrides, self.extra_contexts)
+
+    def file_taxonomy(self):
+        """A user's file's own taxonomy (``cube.protocol.taxonomy.Taxonomy``): each subject in the
+        category its rows' ``category`` column gives (``NO_CATEGORY`` for a subject whose rows give
+        none); None for a registered benchmark or a file without the column."""
+        if self.user is None or not self.user.categories:
+            return None
+        from cube.protocol.taxonomy import Taxonomy
+
+        subjects = sorted({item.subject for item in self.user.items})
+        return Taxonomy(self.name, {s: (self.user.categories.get(s, NO_CATEGORY),) for s in subjects}, {}, self.path)
 
     def licence_note(self) -> dict[str, str]:
         """What a release manifest lists for it (``benchmark_licences``)."""
@@ -112,14 +127,38 @@ def user_benchmark(path: str | Path, card: str | Path | None = None) -> Benchmar
     def loader(root: Path, splits: Sequence[str] = ("test",), subjects: Iterable[str] | None = None) -> list[Item]:
         return user.load(splits, subjects)
 
-    prompt_format = c.prompt_format()
+    prompt_format, notes = c.prompt_format(), ()
+    if c.language is None and c.format is None:  # the card says nothing: the questions decide
+        prompt_format, notes = detected_format(user)
     default_context = "en_label_space" if prompt_format == "en_mcq" else "zh_cue"
     contexts = tuple(c.contexts) or (default_context,)
     return Benchmark(
         name=c.name, title=c.title or c.name, loader=loader, splits=("dev", "val", "test"),
         answered_splits=("dev", "val", "test"), taxonomy=None, prompt_format=prompt_format, contexts=contexts,
         licence=c.licence, source=c.source or str(path), path=Path(path),
-        template_overrides=c.template_overrides(), extra_contexts=c.contexts, sha256=user.sha256, user=user)
+        template_overrides=c.template_overrides(), extra_contexts=c.contexts, sha256=user.sha256, user=user,
+        notes=notes)
+
+
+def detected_format(user) -> tuple[str | None, tuple[str, ...]]:
+    """The prompt format of a file whose card names no language (``cube.protocol.language``):
+    ``en_mcq`` for English questions, the exam format (None) for Chinese or mixed ones; and the line
+    that says what was chosen and how to choose otherwise (none for a Chinese file, whose format is
+    the one it always had)."""
+    from cube.protocol.language import detect_language
+    from cube.protocol.user_file import card_path
+
+    found = detect_language([item.question for item in user.items])
+    card = card_path(user.path) or (user.path / "card.yaml" if user.path.is_dir()
+                                    else user.path.with_name(user.path.stem + ".card.yaml"))
+    choose = f"set `language: en` or `language: zh` in a card ({card})"
+    if found.language == "en":
+        return "en_mcq", (f"{user.path}: English questions ({found.counted()}), no card language: the English "
+                          f"prompt format en_mcq, cue en_label_space; to choose, {choose}",)
+    if found.language == "mixed":
+        return None, (f"{user.path}: mixed languages ({found.counted()}): every item gets the exam format "
+                      f"(CMMLU's Chinese header, cue zh_cue); to choose, {choose}, or split the file by language",)
+    return None, ()
 
 
 def resolve(spec: str, card: str | Path | None = None) -> Benchmark:
@@ -157,5 +196,5 @@ def benchmark_licences() -> dict[str, dict[str, str]]:
     return {name: entry.licence_note() for name, entry in BENCHMARKS.items()}
 
 
-__all__ = ["BENCHMARKS", "Benchmark", "benchmark", "benchmark_licences", "load_items", "resolve", "taxonomy_of",
-           "user_benchmark"]
+__all__ = ["BENCHMARKS", "NO_CATEGORY", "Benchmark", "benchmark", "benchmark_licences", "load_items", "resolve", "taxonomy_of",
+           "detected_format", "user_benchmark"]

@@ -50,6 +50,24 @@ def short_label_sets(label_sets: "list[LabelSet]", option_counts: "list[int]") -
             "A10_fullwidth, A10_ganzhi, A10_circled)")
 
 
+DEFAULT_LABEL_SETS = ("L1_halfwidth",)  # a run's label sets where none is named and no item has more than 4 options
+TEN_LABEL_DEFAULTS = ("A10_halfwidth",)  # the same symbols, ten of them: each item shows its first N
+
+
+def default_label_sets(option_counts: "list[int]") -> tuple[tuple[str, ...], str | None]:
+    """The label sets a run takes where none is named, and the line saying why where it is not the
+    study's: items with more than 4 options get the ten-label set of the same symbols (an item of N
+    options shows its first N labels, so a 4-option item reads as under L1_halfwidth). A first run
+    on a file with a 5-option item was refused, naming a set the user never chose (issue 44)."""
+    study = len(load_label_sets()[DEFAULT_LABEL_SETS[0]].labels)
+    more = [n for n in option_counts if n > study]
+    if not more:
+        return DEFAULT_LABEL_SETS, None
+    return TEN_LABEL_DEFAULTS, (f"label sets: {', '.join(TEN_LABEL_DEFAULTS)}, chosen because {len(more)} of "
+                                f"{len(option_counts)} items have more than {study} options (up to {max(more)}); each "
+                                f"item shows its first N labels; --label-sets to choose others")
+
+
 def validate_labels(name: str, labels: tuple[str, ...] | list[str]) -> None:
     """Reject sets a scorer cannot tell apart.
 

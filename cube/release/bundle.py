@@ -89,6 +89,7 @@ from cube.release.manifest import (  # noqa: F401 (re-exported)
     model_sources,
 )
 from cube.release.texts import bundle_readme, citation_cff
+from cube.release.uids import ESCAPE_RULE, release_ids, released_uid
 
 
 def __getattr__(name: str) -> Any:
@@ -186,6 +187,7 @@ def build_bundle(
     check_items(table.filter(known), {u: i.qhash for u, i in by_uid.items()}, str(records))
 
     scrubbed, stats = scrub_records(table, by_uid)
+    scrubbed, escapes = release_ids(scrubbed)  # a user's string ids and Chinese subjects: escaped, mapped back
     index = index if index is not None else leakage.build_index(items)
     hits = audit_table(scrubbed, index)
     if hits:
@@ -207,7 +209,7 @@ def build_bundle(
         "models": model_sources(pc.unique(table.column("model")).to_pylist(), models_config,
                                 doc, families),
         "protocols": protocols(table),
-        "items": item_counts(table),
+        "items": item_counts(scrubbed),
         "benchmark_licences": {**BENCHMARK_LICENCES, **{k: dict(v) for k, v in (licences or {}).items()}},
         "records_carry": "uid + qhash only (sha256 of the question, 16 hex digits); "
                          "no question or option text",
@@ -217,6 +219,9 @@ def build_bundle(
                           "n_items": index.n_items,
                           "thresholds": index.thresholds(), "hits": 0},
     }
+    if escapes:
+        manifest["uid_form"] = ESCAPE_RULE
+        manifest["uid_escapes"] = escapes
     if metadata:
         manifest["records_metadata"] = metadata
     if incomplete:
@@ -554,7 +559,7 @@ def _verify_folder(root: Path, items: Sequence[Item] | None, index) -> VerifyRep
     if items is None:
         return report
 
-    by_uid = {item.uid: item.qhash for item in items}
+    by_uid = {released_uid(item.uid): item.qhash for item in items}  # as the build released them
     known = pc.is_in(table.column("uid"), value_set=pa.array(list(by_uid), type=pa.string()))
     try:
         check_items(table.filter(known), by_uid, str(root / RECORDS_DIR))

@@ -172,3 +172,18 @@ def test_model_families_from_config_manifest_and_cli(tmp_path):
     (tmp_path / "models.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     with pytest.raises(ConfigError, match=r"model 'tiny' names unknown family 'qwen25'; known: qwen3, gemma3, qwen2.5$"):
         model_families(config_dir=tmp_path)
+
+
+def test_padding_of_items_with_fewer_options_is_never_a_tie():
+    """A user's file of 3-, 4- and 5-option items under a ten-label set: the records of fewer
+    options are padded to the widest (-inf) when read as one matrix, and two padded columns were
+    counted as tied ("3/8 items tie: D=E"). Only the options an item shows can tie; a real tie
+    in a short item is still found."""
+    widths = [3, 5, 4, 3, 5]
+    recs = [strict("m", "A10_halfwidth", "en_label_space", row, [-1.0 - i for i in range(k)])
+            for row, k in enumerate(widths)]
+    recs.append(strict("m", "A10_halfwidth", "en_label_space", 9, [-1.0, -2.0, -2.0]))  # B=C, a real tie
+    (cell,) = observe_ties(table(recs))
+    naive_tied = sum(len(set(r["scores"])) < len(r["scores"]) for r in recs)
+    assert (cell.n, cell.n_tied, cell.n_top_shared) == (6, naive_tied, 0) and naive_tied == 1
+    assert cell.patterns == {((1, 2),): 1}

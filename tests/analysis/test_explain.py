@@ -589,3 +589,26 @@ def test_issue45_each_separating_advice_names_a_command_and_options_it_has():
         named = set(re.findall(r"--[a-z-]+", advice))
         assert named and named <= options, (factor, named - options)
     assert "cue" not in SEPARATE_BY["scorer_normalisation"]
+
+
+def test_a_cube_cell_on_a_users_file_shows_its_own_template_and_option_count(tmp_path):
+    """explain rendered CMMLU's exam template with all ten labels for any cube cell; a cell made on
+    a user's English file shows the file's own format (en_mcq, or its card's lines) and as many
+    options as its items have, and a user's file that is not at hand shows no prompt, not CMMLU's."""
+    import json as json_
+
+    from cube.analysis.explain_protocol import describe
+    from cube.protocol.benchmarks import resolve
+
+    path = tmp_path / "quiz.jsonl"
+    path.write_text(json_.dumps({"question": "What is 2 + 2?", "choices": ["3", "4", "5"], "answer": 1}) + "\n",
+                    encoding="utf-8")
+    cell = {"model": "m", "benchmark": "quiz", "scorer": "M1-seq", "label_set": "A10_halfwidth",
+            "context": "en_label_space", "shots": 0, "order": "original"}
+    english = describe({}, cell, templates=resolve(str(path)).templates(), n_options=3).prompt
+    assert english == ("The following are multiple choice questions (with answers) about {{subject}}.\n\n"
+                       "{{Question}}\nA. {{A}}\nB. {{B}}\nC. {{C}}\nAnswer:")
+    (tmp_path / "quiz.card.yaml").write_text('language: en\noption: "({label}) {text}\\n"\n', encoding="utf-8")
+    carded = describe({}, cell, templates=resolve(str(path)).templates(), n_options=3).prompt
+    assert "(A) {{A}}\n(B) {{B}}\n(C) {{C}}\n" in carded and "D" not in carded.split("{{C}}")[1]
+    assert describe({}, cell).prompt is None  # the file not at hand: unknown, never CMMLU's template

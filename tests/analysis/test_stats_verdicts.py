@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom, binomtest
 
-from cube.analysis.stats import (above_chance_p, footrule_noise_floor, holm_adjust, mcnemar_exact, mcnemar_interval,
+from cube.analysis.stats import (above_chance_p, above_chance_p_per_item, footrule_noise_floor, holm_adjust, mcnemar_exact, mcnemar_interval,
                                  mcnemar_power)
 from cube.errors import CubeError
 
@@ -43,6 +43,31 @@ def test_above_chance_is_scipys_one_sided_binomial_test():
         assert above_chance_p(k, n, 0.25) == pytest.approx(binomtest(k, n, 0.25, alternative="greater").pvalue, rel=1e-9)
     with pytest.raises(CubeError, match="n_correct"):
         above_chance_p(11, 10, 0.25)
+
+
+def naive_tail(n_correct, chances):
+    """P(at least n_correct right) by enumerating every right/wrong outcome of every item."""
+    from itertools import product
+
+    total = 0.0
+    for outcome in product((0, 1), repeat=len(chances)):
+        if sum(outcome) >= n_correct:
+            total += float(np.prod([c if right else 1 - c for right, c in zip(outcome, chances)]))
+    return total
+
+
+def test_above_chance_per_item_is_the_poisson_binomial_tail_of_a_naive_enumeration():
+    """Items of 3, 4 and 5 options (chance 1/3, 1/4, 1/5 each): every tail of the exact test equals
+    the sum over all 2^n outcomes; a binomial at the mean chance is not it."""
+    chances = [1 / 3, 1 / 4, 1 / 5, 1 / 3, 1 / 5, 1 / 4, 1 / 4, 1 / 2, 1 / 10, 1 / 3, 1 / 5]
+    for k in range(len(chances) + 1):
+        assert above_chance_p_per_item(k, chances) == pytest.approx(naive_tail(k, chances), rel=1e-12, abs=1e-15)
+    mean = float(np.mean(chances))
+    assert abs(above_chance_p(6, len(chances), mean) - naive_tail(6, chances)) > 1e-4
+    # one option count: the binomial test itself
+    assert above_chance_p_per_item(7, [0.25] * 20) == above_chance_p(7, 20, 0.25)
+    with pytest.raises(CubeError, match="n_correct"):
+        above_chance_p_per_item(4, [0.25, 0.5])
 
 
 def test_the_mcnemar_interval_excludes_zero_exactly_when_the_exact_test_rejects():

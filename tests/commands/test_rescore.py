@@ -229,3 +229,56 @@ def test_items_checks_the_qhashes_against_a_users_file(run, tmp_path):
     assert items_option("cmmlu/test") == ("cmmlu", ("test",)) and items_option("ceval") == ("ceval", ("test",))
     assert items_option(str(folder)) == (str(folder), ("test",))
     assert items_option(f"{folder}/dev,test") == (str(folder), ("dev", "test"))
+
+
+def test_chance_is_the_mean_of_one_over_n_for_mixed_option_counts(run, tmp_path):
+    """A user's file of 3-, 4- and 5-option items: chance is mean(1/N) over the items, not 1/4, in
+    the table and in --json (per subject, category micro and macro, overall), with the exact
+    Poisson-binomial test against it."""
+    from fractions import Fraction
+
+    from cube.analysis.stats import above_chance_p_per_item
+
+    widths = {"alg": [3, 4, 5, 5], "geo": [4, 4, 3]}
+    recs = []
+    for subject, ks in widths.items():
+        for row, k in enumerate(ks):
+            pred = 0 if row % 2 == 0 else 1
+            recs.append(record(uid=f"quiz/{subject}/test/{row}", benchmark="quiz", pred=pred,
+                               scores=scores_for(pred, k)))
+    write_records(tmp_path / "recs", table(recs))
+    code, out, _ = run(str(tmp_path / "recs"), "--json")
+    (overall,) = [r for r in json.loads(out)["rows"] if r["aggregation"] == "micro"]
+    all_k = widths["alg"] + widths["geo"]
+    assert overall["chance"] == pytest.approx(float(sum(Fraction(1, k) for k in all_k) / len(all_k)), rel=1e-12)
+    assert overall["p_above_chance"] == pytest.approx(above_chance_p_per_item(4, [1 / k for k in all_k]), rel=1e-12)
+    code, out, _ = run(str(tmp_path / "recs"), "--json", "--level", "subject")
+    rows = {r["group"]: r for r in json.loads(out)["rows"]}
+    for subject, ks in widths.items():
+        assert rows[subject]["chance"] == pytest.approx(float(sum(Fraction(1, k) for k in ks) / len(ks)), rel=1e-12)
+    code, out, _ = run(str(tmp_path / "recs"))
+    header = out.splitlines()[1]
+    line = next(line for line in out.splitlines() if " micro " in line)
+    assert "chance" in header and f"{overall['chance']:.3f}" in line
+
+
+def test_category_level_of_a_users_file_is_its_own_category_column(run, tmp_path):
+    """``--level category`` on a user's file's records groups subjects by the file's ``category``
+    column (it refused: no default taxonomy for the benchmark); a subject without one is '(no
+    category)'. Accuracies against a count by hand."""
+    rows = [("alg", "STEM", 1), ("alg", "STEM", 0), ("geo", "STEM", 1), ("poems", "Humanities", 0),
+            ("poems", "Humanities", 0), ("misc", None, 1)]
+    path = tmp_path / "quiz.jsonl"
+    path.write_text("".join(json.dumps({"id": n, "subject": s, "question": f"q{n}?", "choices": ["a", "b"],
+                                        "answer": "A", **({"category": c} if c else {})}) + "\n"
+                            for n, (s, c, _) in enumerate(rows)), encoding="utf-8")
+    from cube.protocol.benchmarks import load_items
+
+    items = load_items(str(path))
+    recs = [record(uid=i.uid, qhash=i.qhash, benchmark=i.benchmark, pred=1 - rows[i.row][2],
+                   scores=scores_for(1 - rows[i.row][2], 2)) for i in items]
+    write_records(tmp_path / "recs", table(recs))
+    code, out, err = run(str(tmp_path / "recs"), "--level", "category", "--items", str(path), "--json")
+    assert code == 0, err
+    micro = {r["group"]: (r["n"], r["n_correct"]) for r in json.loads(out)["rows"] if r["aggregation"] == "micro"}
+    assert micro == {"STEM": (3, 2), "Humanities": (2, 0), "(no category)": (1, 1)}

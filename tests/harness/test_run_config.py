@@ -51,7 +51,9 @@ def test_a_run_without_the_chat_axis_logs_the_command_it_logged_before_the_axis_
     assert plain.chat_templates == ("none",)
     # no --cues: the benchmark's own, which build_spec fills in (CMMLU's zh_cue) before the run logs it
     assert plain.contexts is None and "--cues" not in plain.command_line()
-    assert replace(plain, contexts=("zh_cue",)).command_line() == "cube run --model m --benchmark cmmlu --split test " \
+    # no --label-sets: likewise the benchmark's own (L1_halfwidth, or A10_halfwidth for items of more options)
+    assert plain.label_sets is None and "--label-sets" not in plain.command_line()
+    assert replace(plain, contexts=("zh_cue",), label_sets=("L1_halfwidth",)).command_line() == "cube run --model m --benchmark cmmlu --split test " \
         "--seed 0 --label-sets L1_halfwidth --scorers M1-seq,M1-strict --shots 0 --cues zh_cue --orders original " \
         "--backend hf --dtype auto --batch-size 16 --shard-size 50 --shard 0/1 --out o"
     chat = parsed("--model", "m", "--out", "o", "--chat-template", "model")

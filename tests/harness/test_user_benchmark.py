@@ -267,3 +267,147 @@ def test_the_cues_default_to_the_benchmarks_own(tmp_path, benchmarks_root):
     assert contexts("cmmlu", data=benchmarks_root / "cmmlu", sample=3)[0] == {"zh_cue"}
     # a given --cues is kept
     assert contexts(FIXTURE / "en", label_sets=("A10_halfwidth",), contexts=("en_prompt_space",))[0] == {"en_prompt_space"}
+
+
+def _spec(benchmark, tmp_path, **fields):
+    from cube.harness.build import build_spec
+    from cube.harness.run_config import RunConfig
+
+    return build_spec(RunConfig(model="smollm2-135m-instruct", benchmark=str(benchmark), scorers=("M1-seq",),
+                                out=tmp_path / "unused", **fields))
+
+
+def test_a_first_run_on_a_file_with_more_than_four_options_takes_the_ten_label_sets_and_says_so(tmp_path):
+    """No --label-sets: a file with 5-option items takes A10_halfwidth (it was refused for
+    L1_halfwidth, a set the user never named), and the run names the choice; a file of 4-option
+    items keeps the study's L1_halfwidth and says nothing about it."""
+    pytest.importorskip("torch")
+    import csv
+
+    with open(FIXTURE / "zh.csv", encoding="utf-8", newline="") as fh:
+        counts = [sum(1 for c in "ABCDE" if row[c]) for row in csv.DictReader(fh)]
+    spec = _spec(FIXTURE / "zh.csv", tmp_path)
+    assert {c.label_set.name for c in spec.cells} == {"A10_halfwidth"}
+    assert "--label-sets A10_halfwidth" in spec.settings.config.command_line()  # logged as run
+    more = [n for n in counts if n > 4]
+    assert [n for n in spec.settings.notes if n.startswith("label sets:")] == [
+        f"label sets: A10_halfwidth, chosen because {len(more)} of {len(counts)} items have more than 4 options "
+        f"(up to {max(more)}); each item shows its first N labels; --label-sets to choose others"]
+    four = tmp_path / "four.jsonl"
+    four.write_text("".join(json.dumps({"question": f"第{n}题？", "choices": list("甲乙丙丁"), "answer": n % 4},
+                                       ensure_ascii=False) + "\n" for n in range(4)), encoding="utf-8")
+    spec = _spec(four, tmp_path)
+    assert {c.label_set.name for c in spec.cells} == {"L1_halfwidth"} and spec.settings.notes == ()
+
+
+def _without_card(tmp_path) -> Path:
+    """The English fixture's test items as one file with no card beside it."""
+    path = tmp_path / "quiz.jsonl"
+    shutil.copyfile(FIXTURE / "en" / "test.jsonl", path)
+    return path
+
+
+def test_an_english_file_without_a_card_gets_the_english_prompt_and_says_so(tmp_path):
+    """Detected from its questions (none in Chinese script): en_mcq and en_label_space, never
+    CMMLU's 以下是中国关于…考试 header and 答案：; the run's line names the choice and the card that
+    changes it. A card's language still decides."""
+    pytest.importorskip("torch")
+    from cube.protocol.prompts import render_prompt
+
+    path = _without_card(tmp_path)
+    spec = _spec(path, tmp_path)
+    assert {c.context for c in spec.cells} == {"en_label_space"}
+    prompt = render_prompt(spec.items[0], spec.cells[0], [], spec.templates).context
+    assert "考试" not in prompt and "答案" not in prompt and prompt.rstrip().endswith("Answer:")
+    n = len(spec.items)
+    assert spec.settings.notes[0] == (
+        f"{path}: English questions (0 of {n} questions in Chinese script), no card language: the English prompt "
+        f"format en_mcq, cue en_label_space; to choose, set `language: en` or `language: zh` in a card "
+        f"({tmp_path / 'quiz.card.yaml'})")
+    (tmp_path / "quiz.card.yaml").write_text("language: zh\n", encoding="utf-8")
+    spec = _spec(path, tmp_path)
+    assert {c.context for c in spec.cells} == {"zh_cue"} and not any("English" in n for n in spec.settings.notes)
+
+
+def test_a_mixed_language_file_gets_the_exam_format_and_one_line_on_how_to_choose(tmp_path):
+    pytest.importorskip("torch")
+    from cube.protocol.prompts import render_prompt
+
+    path = tmp_path / "mixed.jsonl"
+    rows = [{"question": "What is 2 + 2?", "choices": ["3", "4"], "answer": 1},
+            {"question": "二加二等于几？", "choices": ["三", "四"], "answer": 1}] * 2
+    path.write_text("".join(json.dumps({**r, "id": n}, ensure_ascii=False) + "\n" for n, r in enumerate(rows)),
+                    encoding="utf-8")
+    spec = _spec(path, tmp_path)
+    assert {c.context for c in spec.cells} == {"zh_cue"}
+    assert "答案" in render_prompt(spec.items[0], spec.cells[0], [], spec.templates).context
+    lines = [n for n in spec.settings.notes if "mixed languages" in n]
+    assert lines == [f"{path}: mixed languages (2 of 4 questions in Chinese script): every item gets the exam format "
+                     f"(CMMLU's Chinese header, cue zh_cue); to choose, set `language: en` or `language: zh` in a "
+                     f"card ({tmp_path / 'mixed.card.yaml'}), or split the file by language"]
+
+
+@pytest.mark.registry
+def test_a_users_file_all_the_way_with_only_model_benchmark_and_out(tmp_path, capsys):
+    """Issue 44's path as a new user walks it, no option beyond --model, --benchmark and --out: the
+    Chinese CSV (string ids, Chinese subjects, 2 to 5 options) runs under the ten-label set it chose
+    and said; rescore prints chance as the mean of 1/N and groups by the file's category column;
+    confirm --run-audit finds no padded ties; release build and verify take the string ids and
+    Chinese subjects; claim notebook 08 re-executes on the run with benchmark=FILE. The English file
+    without a card runs under the English prompt and says so, and explain between it and a carded run
+    shows each side's own template."""
+    pytest.importorskip("torch")
+    import csv
+    from fractions import Fraction
+
+    with open(FIXTURE / "zh.csv", encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    data = tmp_path / "quiz.csv"
+    with open(data, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({**row, "id": f"q{row['id']}"} for row in rows)
+    widths = [sum(1 for c in "ABCDE" if row[c]) for row in rows]
+    out = tmp_path / "runs" / "zh"
+    assert main(["run", "--model", "smollm2-135m-instruct", "--benchmark", str(data), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "label sets: A10_halfwidth, chosen because" in err
+    assert main(["rescore", str(out), "--json"]) == 0
+    overall = [r for r in json.loads(capsys.readouterr().out)["rows"] if r["aggregation"] == "micro"]
+    exact = float(sum(Fraction(1, n) for n in widths) / len(widths))
+    assert overall and all(r["chance"] == pytest.approx(exact, rel=1e-12) for r in overall)
+    assert main(["rescore", str(out), "--level", "category", "--json"]) == 0  # the file's own column
+    groups = {r["group"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert groups == {row["category"] for row in rows}
+    assert main(["confirm", str(out), "--run-audit"]) == 0  # no item ties on padding
+    assert "items tie" not in capsys.readouterr().out
+    bundle = tmp_path / "bundle"
+    assert main(["release", "build", str(out), "--out", str(bundle), "--benchmark", str(data)]) == 0
+    manifest = json.loads((bundle / "MANIFEST.json").read_text(encoding="utf-8"))
+    assert {row["subject"] for row in rows} | {f"q{row['id']}" for row in rows} == set(manifest["uid_escapes"].values())
+    assert main(["release", "verify", str(bundle), "--benchmark", str(data)]) == 0
+    assert f"leakage audit clean against {len(rows)} items" in capsys.readouterr().out
+    # a claim notebook re-executed on the file's run: benchmark= gives its categories, as records= its store
+    protocol = json.dumps({"scorer": "M1-seq", "label_set": "A10_halfwidth", "context": "zh_cue", "shots": 0,
+                           "order": "original"})
+    assert main(["book", "execute", "--only", "08_benchmark_practice", "--param", f"records={out}", "--param",
+                 f"benchmark={data}", "--param", f"protocol={protocol}", "--as", "mine08",
+                 "--out", str(tmp_path / "book")]) == 0
+    executed = (tmp_path / "book" / "mine08.ipynb").read_text(encoding="utf-8")
+    assert "Social Science" in executed and "2 macro and 2 micro category rows recomputed from subjects" in executed
+
+    english = _without_card(tmp_path)
+    carded = tmp_path / "carded" / "quiz.jsonl"
+    carded.parent.mkdir()
+    shutil.copyfile(english, carded)
+    (carded.parent / "quiz.card.yaml").write_text('language: en\noption: "({label}) {text}\\n"\n', encoding="utf-8")
+    for path, name in ((english, "en"), (carded, "en_card")):
+        assert main(["run", "--model", "smollm2-135m-instruct", "--benchmark", str(path),
+                     "--out", str(tmp_path / "runs" / name)]) == 0
+        err = capsys.readouterr().err
+        assert ("English questions (0 of" in err) == (name == "en")
+    assert main(["explain", f"{tmp_path / 'runs' / 'en'}:scorer=M1-seq", f"{tmp_path / 'runs' / 'en_card'}:scorer=M1-seq",
+                 "--json", "--bootstrap", "200"]) == 0
+    diff = json.loads(capsys.readouterr().out)["prompt_diff"]
+    assert '-"A. {{A}}\\n"' in diff and '+"(A) {{A}}\\n"' in diff
+    assert not any("以下是中国" in line or "答案" in line for line in diff)

@@ -41,7 +41,8 @@ ID_FORMS = {
     "tie_groups": r"^(?:[0-9]{1,3}(?:=[0-9]{1,3})+(?:;[0-9]{1,3}(?:=[0-9]{1,3})+)*)?$",
     "qhash": r"^[0-9a-f]{16}$",
     "scorer": "^(?:" + "|".join(re.escape(name) for name in SCORER_NAMES) + ")$",
-    "uid": r"^[a-z0-9_-]{1,32}/[A-Za-z0-9_-]{1,64}/[a-z]{1,16}/[0-9]{1,9}$",
+    # an id (or subject, benchmark) not of its form is released escaped, x + 12 hex (cube.release.uids)
+    "uid": r"^[a-z0-9_-]{1,32}/[A-Za-z0-9_-]{1,64}/[a-z]{1,16}/(?:[0-9]{1,9}|x[0-9a-f]{12})$",
     **{name: _NAME for name in ("model", "benchmark", "subject", "label_set", "context", "order")},
     # schema 2 (issue 33): the precision a record was scored in, and why a generation ended
     "dtype": r"^(?:bfloat16|float16|float32)$",
