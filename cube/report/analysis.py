@@ -407,12 +407,16 @@ def calibration_section(cells: Sequence[CellScore], slices: Callable[[CellScore]
 def group_section(references: Sequence[CellScore], slices: Callable[[CellScore], pa.Table]) -> tuple[list[GroupScore], str | None]:
     """Per subject and per category of each model's reference cell (micro, Wilson), with the
     benchmark's own taxonomy; one line where there is none."""
+    from cube.analysis.store_file import store_taxonomy
+
     out, note = [], None
     for cell in references:
         table = slices(cell)
+        # a user's file: its own category column, as `cube rescore --level category` takes it
+        taxonomy = store_taxonomy(cell.store) or None
         for level in ("subject", "category"):
             try:
-                rows = rescore(table, level=level).rows.to_pylist()
+                rows = rescore(table, level=level, taxonomy=taxonomy).rows.to_pylist()
             except CubeError as exc:
                 note = f"per category: {exc}"
                 continue
