@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the scorer table of README.md and book/method.md from the one scorer table
+"""Write the scorer table of the Guide's scoring page and book/method.md from the one scorer table
 (``cube.protocol.scorers.SCORERS``), so that the docs never drift from the code.
 
 The table in each file is the block of ``|`` lines that starts with the table's header row;
@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 from cube.atomic import atomic_write_text  # noqa: E402
 from cube.protocol.scorers import markdown_table  # noqa: E402
 
-DOCS = ("README.md", "book/method.md")
+DOCS = ("notebooks/guide/09_scoring.md", "book/method.md")
 
 
 def table_span(lines: list[str], header: str) -> tuple[int, int]:

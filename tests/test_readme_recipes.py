@@ -17,12 +17,26 @@ import pytest
 from cube.cli import build_parser
 from cube.config import REPO_ROOT
 
-README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+# The recipes moved from the README into the Guide's pages (issue 50), a section a level down there.
+DOCS = "\n".join(path.read_text(encoding="utf-8")
+                 for path in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "notebooks" / "guide").glob("*.md"))])
 
 
 def section(title: str) -> str:
-    start = README.index(f"\n## {title}")
-    return README[start:README.index("\n## ", start + 1)]
+    """The section of that heading, to the next heading of its level or above (outside code fences)."""
+    lines, out, level, fenced = DOCS.splitlines(), [], None, False
+    for line in lines:
+        fenced ^= line.startswith("```")
+        heading = re.match(r"(#+) (.*)", line) if not fenced and not line.startswith("```") else None
+        if level is None:
+            if heading and heading.group(2) == title:
+                level, out = len(heading.group(1)), [line]
+            continue
+        if heading and len(heading.group(1)) <= level:
+            break
+        out.append(line)
+    assert out, f"no section {title!r} in the README or the Guide"
+    return "\n".join(out) + "\n"
 
 
 def commands(text: str) -> list[str]:

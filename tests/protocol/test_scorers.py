@@ -272,7 +272,7 @@ def test_the_docs_scorer_tables_are_the_generated_one():
     root = Path(__file__).resolve().parents[2]
     table = markdown_table()
     assert table.count("\n") == len(SCORERS) + 2  # a header, a rule, one row per entry
-    for name in ("README.md", "book/method.md"):
+    for name in ("notebooks/guide/09_scoring.md", "book/method.md"):
         assert table in (root / name).read_text(encoding="utf-8"), (
             f"{name}'s scorer table is not the generated one: run scripts/write_scorer_table.py")
 
