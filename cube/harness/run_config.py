@@ -81,6 +81,7 @@ class RunConfig:
     api_key_env: str | None = None  # --backend openai: the variable holding the API key (None: OPENAI_API_KEY)
     concurrency: int | None = None  # --backend openai: requests in flight (None: 4)
     request_timeout: float | None = None  # --backend openai: seconds per request (None: 120)
+    key_over_http: bool = False  # --backend openai: the API key may go over plain HTTP to another machine
 
     def __post_init__(self) -> None:
         from cube.protocol.scorers import run_scorers  # the scorer table itself: no pyarrow for a config
@@ -118,6 +119,8 @@ class RunConfig:
             raise ConfigError("--backend openai needs --base-url URL of an OpenAI-compatible server "
                               "(e.g. http://127.0.0.1:8000/v1) and the model id it serves as --model")
         given = [name for name in SERVER_FIELDS if getattr(self, name) is not None]
+        if self.key_over_http and self.backend != "openai":
+            given = given or ["key_over_http"]
         if self.backend != "openai" and given:
             raise ConfigError(f"{flag(given[0])} is an option of --backend openai (a model behind a server), "
                               f"not of --backend {self.backend}")
