@@ -55,6 +55,14 @@ def recorded_dtypes(directory: str | Path, manifest: Mapping) -> dict[str, str]:
     return out
 
 
+def cell_dtypes(manifest: Mapping) -> dict[str, str]:
+    """Shard file -> the precision its manifest's cell configuration records (cells that record none
+    are left out): what a schema-2 shard's own ``dtype`` column must say (``_read_shard``)."""
+    by_cell = {key: str(cell["dtype"]) for key, cell in manifest.get("cells", {}).items() if cell.get("dtype")}
+    return {name: by_cell[name.rsplit("--", 1)[0]] for name in manifest.get("files", {})
+            if name.rsplit("--", 1)[0] in by_cell}
+
+
 def read_records(
     directory: str | Path,
     verify: bool = True,
@@ -114,6 +122,7 @@ def read_records(
         wanted = [name for name in RECORD_SCHEMA.names if name in needed]
 
     dtypes = recorded_dtypes(directory, manifest)
+    by_cell = cell_dtypes(manifest)
     tables: list[pa.Table] = []
     for name in tqdm(listed, desc="reading records", unit="file", disable=not progress):
         path = directory / name
@@ -127,7 +136,7 @@ def read_records(
                     f"{where}: sha256 {digest[:12]}... does not match the manifest's "
                     f"{manifest['files'][name]['sha256'][:12]}... (file changed after writing)"
                 )
-        table = _read_shard(path, name, wanted, dtypes.get(name))
+        table = _read_shard(path, name, wanted, dtypes.get(name), by_cell.get(name))
         listed_rows = manifest["files"][name].get("rows")
         if listed_rows is not None and table.num_rows != listed_rows:
             raise RecordsError(
