@@ -21,14 +21,13 @@ Weights come from safetensors or GGUF only: unpickling a ``.bin``/``.pt`` runs c
 
 from __future__ import annotations
 
-import json
 import re
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cube.checksums import sha256_bytes, sha256_file, sums_text
+from cube.harness.safetensors_header import read_header, read_json_object, regular_file
 from cube.config import cache_dir
 from cube.errors import ConfigError, SourceError
 
@@ -167,11 +166,15 @@ def weight_files(folder: Path) -> list[str]:
 
     A folder with pickled weights only is refused: ``torch.load`` of a ``.bin`` runs code."""
     index = folder / SAFETENSORS_INDEX
-    if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (ValueError, KeyError, AttributeError):
-            raise ConfigError(f"{index}: not a safetensors index (no weight_map)") from None
+    if index.exists() or index.is_symlink():
+        weight_map = read_json_object(index, "safetensors index").get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ConfigError(f"{index}: not a safetensors index (no weight_map of tensor -> file name)")
+        shards = sorted(set(weight_map.values()))
+        outside = [s for s in shards if "/" in s or "\\" in s or s in ("", ".", "..")]
+        if outside:  # the index would have cube hash (and transformers read) a file outside the folder
+            raise ConfigError(f"{index}: names {outside[0][:80]!r}, not a file of this folder; an index names "
+                              "shard files beside it")
         missing = [s for s in shards if not (folder / s).is_file()]
         if missing:
             raise ConfigError(f"{folder / missing[0]}: listed in {SAFETENSORS_INDEX} but missing")
@@ -194,11 +197,14 @@ def check_folder(folder: Path, trust_remote_code: bool = False) -> None:
     if not config.is_file():
         raise ConfigError(f"{folder}: no config.json; a Hugging Face model folder holds config.json, "
                           "*.safetensors and the tokenizer files")
-    weight_files(folder)
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except ValueError:
-        raise ConfigError(f"{config}: not valid JSON") from None
+    data = read_json_object(config, "config.json")
+    if (folder / "tokenizer_config.json").exists() or (folder / "tokenizer_config.json").is_symlink():
+        read_json_object(folder / "tokenizer_config.json", "tokenizer_config.json")
+    for name in weight_files(folder):  # every header checked before anything hashes or loads a file
+        read_header(folder / name)
+    for name in FOLDER_FILES:  # a FIFO or /dev/zero in a config's place would hang the identity hash
+        if (folder / name).exists() or (folder / name).is_symlink():
+            regular_file(folder / name, name)
     if trust_remote_code:
         return
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
@@ -425,19 +431,7 @@ _DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2,
 
 def parameter_count(folder: Path) -> int:
     """Parameters in the folder's safetensors, from their headers alone (8 bytes + JSON each)."""
-    total = 0
-    for name in weight_files(folder):
-        with (folder / name).open("rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(size))
-        for key, entry in header.items():
-            if key == "__metadata__":
-                continue
-            count = 1
-            for dim in entry["shape"]:
-                count *= int(dim)
-            total += count
-    return total
+    return sum(tensor.count for name in weight_files(folder) for tensor in read_header(folder / name))
 
 
 def available_memory(device: str) -> int:
