@@ -663,3 +663,20 @@ def test_records_whose_dtype_disagrees_with_their_manifest_cell_are_refused_by_r
         read_records(tmp_path, columns=["probs"])
     plan = resume_plan(spec, tmp_path)
     assert [j.chunk for j in plan.todo] == [0] and "where the manifest's cell was run in bfloat16" in plan.broken[0]
+
+
+@pytest.mark.parametrize("column, value, needle", [
+    ("gen_tokens", -3, "column gen_tokens, row 1: -3 is not a token count"),
+    ("finish_reason", "eos", "column finish_reason, row 1: 'eos' is not one of stop, length"),
+])
+def test_a_reader_of_some_columns_makes_the_checks_resume_makes(tmp_path, column, value, needle):
+    """Issue 48: rescore and confirm read a column subset, and the values only resume checked
+    (a bogus finish_reason, a negative gen_tokens) passed them."""
+    bad = conform(small(n=2))
+    i = RECORD_SCHEMA.get_field_index(column)
+    bad = bad.set_column(i, RECORD_SCHEMA.field(column), pa.array([None, value], RECORD_SCHEMA.field(column).type))
+    write_raw(tmp_path, "m1/part-00000.parquet", bad)
+    with pytest.raises(RecordsError, match=needle):
+        read_records(tmp_path, columns=["probs"])
+    with pytest.raises(RecordsError, match=needle):
+        read_records(tmp_path)
