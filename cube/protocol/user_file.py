@@ -330,6 +330,25 @@ def card_path(path: Path) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
+LINE_FIELDS = {"header": ("subject",), "question": ("question",), "option": ("label", "text")}
+
+
+def _check_line_format(path: Path, key: str, text: str, allowed: tuple[str, ...]) -> None:
+    """A card's line format names only its own fields (``{nope}``, ``{0}`` or ``{text.upper}`` raised
+    a traceback at the first prompt)."""
+    import string
+
+    try:
+        fields = [name for _, name, spec, _ in string.Formatter().parse(text) if name is not None]
+    except ValueError as exc:
+        raise ConfigError(f"{path}: card key {key} {text!r} is not a line format ({exc}); write literal braces "
+                          "as {{ and }}") from None
+    bad = [name for name in fields if name not in allowed]
+    if bad:
+        raise ConfigError(f"{path}: card key {key} names {{{bad[0]}}}; its line format takes "
+                          f"{', '.join('{' + a + '}' for a in allowed)} only (literal braces as {{{{ and }}}})")
+
+
 def read_card(path: Path | None, default_name: str) -> tuple[Card, bytes]:
     """The card at ``path`` (or the defaults where there is none), and its bytes (hashed with the data)."""
     if path is None:
@@ -341,6 +360,8 @@ def read_card(path: Path | None, default_name: str) -> tuple[Card, bytes]:
         raw = yaml.safe_load(_decode(Path(path), data)) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: YAML nesting too deep to parse; a card is a flat mapping") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a card is a mapping of {', '.join(CARD_KEYS)}")
     unknown = [k for k in raw if k not in CARD_KEYS]
@@ -349,6 +370,9 @@ def read_card(path: Path | None, default_name: str) -> tuple[Card, bytes]:
     for key in ("name", "title", "language", "format", "header", "question", "option", "licence", "source"):
         if key in raw and not isinstance(raw[key], str):
             raise ConfigError(f"{path}: card key {key} must be text, got {raw[key]!r}")
+    for key, allowed in LINE_FIELDS.items():
+        if key in raw:
+            _check_line_format(path, key, raw[key], allowed)
     name = raw.get("name", default_name)
     if not name or "/" in name or name != name.strip():
         raise ConfigError(f"{path}: card name {name!r} must be non-empty, without '/' or surrounding spaces")

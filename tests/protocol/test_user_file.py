@@ -239,3 +239,18 @@ def test_a_device_or_fifo_as_a_benchmark_says_what_it_is(tmp_path):
     os.mkfifo(folder / "test.jsonl")  # a folder's split file that is a FIFO: refused, not waited on
     with pytest.raises(ItemsError, match=r"test.jsonl: not a regular file \(a device, FIFO or socket\)"):
         UserBenchmark.read(folder)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('option: "{nope}. {text}"\n', r"card key option names \{nope\}; its line format takes \{label\}, \{text\} only"),
+    ('question: "{0}"\n', r"card key question names \{0\}"),
+    ('header: "{subject.__class__}"\n', r"card key header names \{subject.__class__\}"),
+    ('option: "{label"\n', r"card key option '\{label' is not a line format"),
+    ("contexts: " + "[" * 5000 + "]" * 5000 + "\n", r"YAML nesting too deep to parse"),
+])
+def test_a_card_with_a_bad_line_format_or_deep_yaml_is_one_line(tmp_path, text, needle):
+    path = _write_jsonl(tmp_path / "mine.jsonl", [GOOD])
+    (tmp_path / "mine.card.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=needle) as caught:
+        resolve(str(path)).load()
+    assert "\n" not in str(caught.value)
