@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cube.checksums import sha256_bytes, sha256_file, sums_text
-from cube.harness.safetensors_header import read_header, read_json_object, regular_file
 from cube.config import cache_dir
 from cube.errors import ConfigError, SourceError
+from cube.harness.safetensors_header import read_header, read_json_object, regular_file
 
 HEX40 = re.compile(r"[0-9a-f]{40}")
 SPLIT_GGUF = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
@@ -434,6 +434,29 @@ def parameter_count(folder: Path) -> int:
     return sum(tensor.count for name in weight_files(folder) for tensor in read_header(folder / name))
 
 
+def check_config_size(path, trust_remote_code: bool = False) -> None:
+    """The parameters the model config.json describes, counted on the meta device (nothing
+    allocated), must not outnumber those the safetensors headers hold: a config claiming 3,000
+    layers died allocating about 42 GB before any check could name it."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+        with torch.device("meta"):
+            meta = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+        described = meta.num_parameters()
+    except (ValueError, KeyError, TypeError, OSError, RuntimeError):
+        return  # a config transformers cannot build says so itself when it loads
+    held = parameter_count(Path(path))
+    if described > held:
+        names = {t.name for f in weight_files(Path(path)) for t in read_header(Path(path) / f)}
+        missing = sorted(n for n, _ in meta.named_parameters() if n not in names)
+        named = f"; it expects weights the files do not hold {', '.join(missing[:3])}" if missing else ""
+        raise ConfigError(f"{path}: its config.json describes a model of {described:,} parameters, its safetensors "
+                          f"hold {held:,}{named}: config.json and the weights are not one checkpoint")
+
+
 def available_memory(device: str) -> int:
     """Bytes the weights may take: free GPU memory on CUDA, else MemAvailable (capped by a cgroup limit)."""
     if device.startswith("cuda"):
@@ -472,6 +495,6 @@ def check_fits(name: str, parameters: int, dtype: str, device: str, available: i
 
 
 __all__ = ["HEX40", "ModelIdentity", "ModelSpec", "SOURCE_KINDS", "SourceKind", "available_memory", "check_fits",
-           "check_folder", "folder_identity", "folder_tokenizer", "hub_cache", "model_tokenizer_spec", "parameter_count",
+           "check_config_size", "check_folder", "folder_identity", "folder_tokenizer", "hub_cache", "model_tokenizer_spec", "parameter_count",
            "parse_model",
            "read_files", "weight_files"]
