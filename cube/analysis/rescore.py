@@ -467,12 +467,19 @@ def one_per_item(table: pa.Table, name: str) -> pa.Table:
     return table
 
 
+NOT_RECORDED = "not recorded"  # a precision of its own: records that do not say theirs
+
+
 def slice_precision(table: pa.Table) -> str | None:
     """The one precision a slice's records were scored in; None where no record says (an import
-    that did not record it). Several in one slice are named, joined by '+'."""
+    that did not record it). Several in one slice are named, joined by '+', records that say
+    none among them as 'not recorded' (``bfloat16+not recorded``)."""
     if "dtype" not in table.column_names:
         return None
-    known = sorted(v for v in pc.unique(table.column("dtype")).to_pylist() if v is not None)
+    values = pc.unique(table.column("dtype")).to_pylist()
+    known = sorted(v for v in values if v is not None)
+    if known and None in values:
+        known.append(NOT_RECORDED)
     return "+".join(known) if known else None
 
 
@@ -481,13 +488,16 @@ MIXED_PRECISION = "mixed: "  # how check_one_precision opens a pair of two preci
 
 def check_one_precision(table_a: pa.Table, table_b: pa.Table, allow_mixed_precision: bool = False) -> str:
     """What precision a paired comparison of the two slices compares, as a reader is told it:
-    ``"bfloat16"``; ``"not recorded"``; or, only with ``allow_mixed_precision``,
+    ``"bfloat16"``; ``"not recorded"``; ``"A bfloat16, B not recorded"`` where one side records
+    none (it cannot be checked, and the pair says so); or, only with ``allow_mixed_precision``,
     ``"mixed: A bfloat16, B float32"``. Two slices whose recorded precisions differ are refused
     otherwise (:class:`PrecisionMismatch`), naming both and how to proceed: a paired test's
     discordant items are the ones a precision's rounding can flip."""
     a, b = slice_precision(table_a), slice_precision(table_b)
-    if a is None or b is None:
-        return a or b or "not recorded"
+    if a is None and b is None:
+        return NOT_RECORDED
+    if a is None or b is None:  # one side cannot be checked: the pair says which, never one precision
+        return f"A {a or NOT_RECORDED}, B {b or NOT_RECORDED}"
     if a == b and "+" not in a:
         return a
     if not allow_mixed_precision:

@@ -100,7 +100,11 @@ def register(subparsers) -> None:
                                             "--model itself where it is a demo model or a folder)")
     served.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
     served.add_argument("--concurrency", type=int, help="requests in flight at once (default 4)")
-    served.add_argument("--request-timeout", type=float, metavar="S", help="seconds per request (default 120)")
+    served.add_argument("--request-timeout", type=float, metavar="S",
+                        help="seconds a whole request may take, connection to last byte (default 120)")
+    served.add_argument("--key-over-http", action="store_true",
+                        help="send the API key over plain HTTP to a machine other than this one (default: refused; "
+                             "use https)")
     served.add_argument("--server-dtype", metavar="DTYPE",
                         help="the precision the server runs the model in (bfloat16, float16, float32), recorded where "
                              "the server does not say it itself; default: the server's word, else not recorded")

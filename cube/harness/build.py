@@ -135,7 +135,7 @@ def model_of(config: RunConfig):
     settings = ServerSettings(
         base_url=config.base_url, model=config.model, revision=config.revision,
         api_key_env=config.api_key_env or API_KEY_ENV, concurrency=config.concurrency or DEFAULT_CONCURRENCY,
-        timeout_s=config.request_timeout or DEFAULT_TIMEOUT_S)
+        timeout_s=config.request_timeout or DEFAULT_TIMEOUT_S, key_over_http=config.key_over_http)
     return served_model(settings, config.tokenizer)
 
 

@@ -21,9 +21,7 @@ Weights come from safetensors or GGUF only: unpickling a ``.bin``/``.pt`` runs c
 
 from __future__ import annotations
 
-import json
 import re
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +29,7 @@ from pathlib import Path
 from cube.checksums import sha256_bytes, sha256_file, sums_text
 from cube.config import cache_dir
 from cube.errors import ConfigError, SourceError
+from cube.harness.safetensors_header import read_header, read_json_object, regular_file
 
 HEX40 = re.compile(r"[0-9a-f]{40}")
 SPLIT_GGUF = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
@@ -167,11 +166,15 @@ def weight_files(folder: Path) -> list[str]:
 
     A folder with pickled weights only is refused: ``torch.load`` of a ``.bin`` runs code."""
     index = folder / SAFETENSORS_INDEX
-    if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (ValueError, KeyError, AttributeError):
-            raise ConfigError(f"{index}: not a safetensors index (no weight_map)") from None
+    if index.exists() or index.is_symlink():
+        weight_map = read_json_object(index, "safetensors index").get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ConfigError(f"{index}: not a safetensors index (no weight_map of tensor -> file name)")
+        shards = sorted(set(weight_map.values()))
+        outside = [s for s in shards if "/" in s or "\\" in s or s in ("", ".", "..")]
+        if outside:  # the index would have cube hash (and transformers read) a file outside the folder
+            raise ConfigError(f"{index}: names {outside[0][:80]!r}, not a file of this folder; an index names "
+                              "shard files beside it")
         missing = [s for s in shards if not (folder / s).is_file()]
         if missing:
             raise ConfigError(f"{folder / missing[0]}: listed in {SAFETENSORS_INDEX} but missing")
@@ -194,11 +197,14 @@ def check_folder(folder: Path, trust_remote_code: bool = False) -> None:
     if not config.is_file():
         raise ConfigError(f"{folder}: no config.json; a Hugging Face model folder holds config.json, "
                           "*.safetensors and the tokenizer files")
-    weight_files(folder)
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except ValueError:
-        raise ConfigError(f"{config}: not valid JSON") from None
+    data = read_json_object(config, "config.json")
+    if (folder / "tokenizer_config.json").exists() or (folder / "tokenizer_config.json").is_symlink():
+        read_json_object(folder / "tokenizer_config.json", "tokenizer_config.json")
+    for name in weight_files(folder):  # every header checked before anything hashes or loads a file
+        read_header(folder / name)
+    for name in FOLDER_FILES:  # a FIFO or /dev/zero in a config's place would hang the identity hash
+        if (folder / name).exists() or (folder / name).is_symlink():
+            regular_file(folder / name, name)
     if trust_remote_code:
         return
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
@@ -429,19 +435,30 @@ _DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2,
 
 def parameter_count(folder: Path) -> int:
     """Parameters in the folder's safetensors, from their headers alone (8 bytes + JSON each)."""
-    total = 0
-    for name in weight_files(folder):
-        with (folder / name).open("rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(size))
-        for key, entry in header.items():
-            if key == "__metadata__":
-                continue
-            count = 1
-            for dim in entry["shape"]:
-                count *= int(dim)
-            total += count
-    return total
+    return sum(tensor.count for name in weight_files(folder) for tensor in read_header(folder / name))
+
+
+def check_config_size(path, trust_remote_code: bool = False) -> None:
+    """The parameters the model config.json describes, counted on the meta device (nothing
+    allocated), must not outnumber those the safetensors headers hold: a config claiming 3,000
+    layers died allocating about 42 GB before any check could name it."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+        with torch.device("meta"):
+            meta = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+        described = meta.num_parameters()
+    except (ValueError, KeyError, TypeError, OSError, RuntimeError):
+        return  # a config transformers cannot build says so itself when it loads
+    held = parameter_count(Path(path))
+    if described > held:
+        names = {t.name for f in weight_files(Path(path)) for t in read_header(Path(path) / f)}
+        missing = sorted(n for n, _ in meta.named_parameters() if n not in names)
+        named = f"; it expects weights the files do not hold {', '.join(missing[:3])}" if missing else ""
+        raise ConfigError(f"{path}: its config.json describes a model of {described:,} parameters, its safetensors "
+                          f"hold {held:,}{named}: config.json and the weights are not one checkpoint")
 
 
 def available_memory(device: str) -> int:
@@ -482,6 +499,6 @@ def check_fits(name: str, parameters: int, dtype: str, device: str, available: i
 
 
 __all__ = ["HEX40", "ModelIdentity", "ModelSpec", "SOURCE_KINDS", "SourceKind", "available_memory", "check_fits",
-           "check_folder", "folder_identity", "folder_tokenizer", "hub_cache", "model_tokenizer_spec", "parameter_count",
+           "check_config_size", "check_folder", "folder_identity", "folder_tokenizer", "hub_cache", "model_tokenizer_spec", "parameter_count",
            "parse_model",
            "read_files", "weight_files"]

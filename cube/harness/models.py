@@ -192,10 +192,31 @@ def load_model(model, dtype: str = "bfloat16", device: str = "cpu"):
     else:
         path, trust, tokenizer = model.folder(), model.trust_remote_code, model.tokenizer
     # Only the folder: no Hub lookups, never a pickled checkpoint, no repository code unless opted in.
-    loaded = AutoModelForCausalLM.from_pretrained(
+    loaded, info = AutoModelForCausalLM.from_pretrained(
         path, dtype=torch_dtype, local_files_only=True, use_safetensors=True, trust_remote_code=trust,
-    ).to(device).eval()
-    return loaded, tokenizer()
+        output_loading_info=True,
+    )
+    check_weights_match_config(path, info)
+    return loaded.to(device).eval(), tokenizer()
+
+
+def check_weights_match_config(path, info: dict) -> None:
+    """Every weight the model built from ``config.json`` expects must be in the files, and every
+    tensor of the files must be used: a config that lies about the architecture (31 layers where
+    the weights hold 30) loaded with a randomly initialised layer and scored a model that is not
+    the checkpoint, rc 0. ``info``: transformers' loading info (``output_loading_info=True``)."""
+    problems = []
+    for kind, what in (("missing_keys", "expects weights the files do not hold"),
+                       ("unexpected_keys", "leaves unused tensors of the files"),
+                       ("mismatched_keys", "expects other shapes for")):
+        names = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info.get(kind) or ())
+        if names:
+            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+            problems.append(f"{what} {', '.join(names[:3])}{more}")
+    if problems:
+        raise ConfigError(f"{path}: the model its config.json describes {'; '.join(problems)}: config.json and the "
+                          "weights are not one checkpoint (scoring would use randomly initialised or dropped "
+                          "weights)")
 
 
 def model_tokenizer(source: ModelSource):
@@ -291,5 +312,5 @@ def _torch_dtype(dtype: str):
 
 
 __all__ = ["ModelSource", "ModelPart", "model_sources", "model_source", "ensure_model", "ensure_gguf_model",
-           "gguf_tokenizer", "load_model", "model_dir", "model_tokenizer", "save_header_tokenizer", "write_tokenizer"]
+           "check_weights_match_config", "gguf_tokenizer", "load_model", "model_dir", "model_tokenizer", "save_header_tokenizer", "write_tokenizer"]
 

@@ -335,7 +335,16 @@ def read_plan(folder: Path) -> Plan:
     if hashlib.sha256(data).hexdigest() != recorded:
         raise ConfigError(f"{path}: its sha256 does not match {PLAN_SUM} (edited after `cube plan` wrote it): "
                           "make the plan again")
-    return Plan.from_json(data.decode("utf-8"), str(path))
+    plan = Plan.from_json(data.decode("utf-8"), str(path))
+    for job in plan.jobs:  # a plan rewritten with its sha256 must not send a job's store elsewhere
+        want = f"{JOBS_DIR}/{job.index:04d}"
+        if job.out != want or list(job.args).count("--out") != 1:
+            raise ConfigError(f"{path}: job {job.index} writes its store at {job.out!r}, not {want!r} under the plan "
+                              "folder (a plan forged with its sha256?): make the plan again with `cube plan`")
+    if [job.index for job in plan.jobs] != list(range(len(plan.jobs))):
+        raise ConfigError(f"{path}: its jobs are not numbered 0 to {len(plan.jobs) - 1} in order: make the plan "
+                          "again with `cube plan`")
+    return plan
 
 
 def plan_sha256(folder: Path) -> str:

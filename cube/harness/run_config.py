@@ -86,6 +86,7 @@ class RunConfig:
     # --backend openai: the precision the user declares the server runs in, where the server does not
     # say (cube.harness.backends.served_info); None: the server's word, else not recorded
     server_dtype: str | None = None
+    key_over_http: bool = False  # --backend openai: the API key may go over plain HTTP to another machine
 
     def __post_init__(self) -> None:
         from cube.protocol.scorers import run_scorers  # the scorer table itself: no pyarrow for a config
@@ -130,6 +131,8 @@ class RunConfig:
 
             object.__setattr__(self, "server_dtype", check_server_dtype(self.server_dtype))
         given = [name for name in SERVER_FIELDS if getattr(self, name) is not None]
+        if self.key_over_http and self.backend != "openai":
+            given = given or ["key_over_http"]
         if self.backend != "openai" and given:
             raise ConfigError(f"{flag(given[0])} is an option of --backend openai (a model behind a server), "
                               f"not of --backend {self.backend}")

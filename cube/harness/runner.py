@@ -508,8 +508,10 @@ def resume_plan(spec: RunSpec, out: Path) -> ResumePlan:
         if name not in listed:
             todo.append(job)
             continue
-        per = rows_per_item(configs[f"{spec.model}/{job.cell_name}"])
-        problem = shard_problem(out, name, listed[name], per * len(job.items) if per else None)
+        config = configs[f"{spec.model}/{job.cell_name}"]
+        per = rows_per_item(config)
+        problem = shard_problem(out, name, listed[name], per * len(job.items) if per else None,
+                                config.get("dtype") or None)
         if problem is not None:
             todo.append(job)
             broken.append(f"{out / name}: {problem}; running it again")

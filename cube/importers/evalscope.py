@@ -116,6 +116,9 @@ def read_run(folder: str | Path) -> EvalScopeRun:
         config = yaml.safe_load(read_text(config_path, HarnessImportError, "EvalScope task config", within=folder))
     except yaml.YAMLError as exc:
         raise HarnessImportError(f"{config_path}: not YAML ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise HarnessImportError(f"{config_path}: YAML nesting too deep to parse; not an EvalScope task config") \
+            from None
     resolved = config.get("resolved_benchmarks") if isinstance(config, dict) else None
     if not isinstance(resolved, dict) or not resolved:
         raise HarnessImportError(f"{config_path}: no 'resolved_benchmarks'; not an EvalScope 1.x task config")
@@ -139,6 +142,9 @@ def read_run(folder: str | Path) -> EvalScopeRun:
             predictions = folder / "predictions" / model / f"{name}_{subset}.jsonl"
             reviews = folder / "reviews" / model / f"{name}_{subset}.jsonl"
             for path, what in ((predictions, "inference"), (reviews, "review")):
+                if path.exists() and not path.is_file():  # a device, FIFO or folder: say so, never read it
+                    raise HarnessImportError(f"{path}: not a regular file (a device, FIFO, socket or folder); "
+                                             f"EvalScope's {what} file of this subset is a JSON-lines file")
                 if not path.is_file():
                     raise HarnessImportError(f"{path}: missing; EvalScope's {what} of this subset did not finish")
             subsets.append(SubsetRun(name, subset, split, shots, predictions, reviews))

@@ -18,8 +18,10 @@ configuration hash. ``split_context`` reads the mark back.
 
 The template is a program the checkpoint ships; nothing fetched runs code here: it is rendered
 in jinja2's ``ImmutableSandboxedEnvironment`` (as transformers does, with its ``tojson`` and
-``raise_exception``), without ``strftime_now``: a template that would print today's date falls
-back to its own fixed one, so a prompt stays a pure function of (item, cell, template).
+``raise_exception``), without ``strftime_now``, jinja's ``random`` filter or ``lipsum``: a template
+that would print today's date falls back to its own fixed one, so a prompt stays a pure function
+of (item, cell, template); each user turn is rendered twice and a difference refused, a template
+that ignores the message is refused, and a render is bounded in size and time.
 """
 
 from __future__ import annotations
@@ -56,17 +58,30 @@ class ChatTemplate:
         """The template text's digest: what a chat cell's configuration records."""
         return sha256_bytes(self.template.encode("utf-8"))
 
-    def user_turn(self, user: str) -> str:
-        """The chat up to where the assistant's reply starts: one user message, the generation
-        prompt added (``add_generation_prompt=True``)."""
+    def _render(self, user: str) -> str:
+        """One render, bounded in output size and time (``_bounded``)."""
         try:
-            text = _compiled(self.template).render(messages=[{"role": "user", "content": user}],
-                                                    add_generation_prompt=True, tools=None, documents=None,
-                                                    **dict(self.special_tokens))
+            return _bounded(_compiled(self.template), self.source,
+                            messages=[{"role": "user", "content": user}], add_generation_prompt=True, tools=None,
+                            documents=None, **dict(self.special_tokens))
+        except ConfigError:
+            raise
         except Exception as exc:  # a template error, or the sandbox refusing an unsafe operation
             first = (str(exc).splitlines() or ["?"])[0][:160]
             raise ConfigError(f"the chat template from {self.source} cannot render a user turn "
                               f"({type(exc).__name__}: {first}); run with --chat-template none") from None
+
+    def user_turn(self, user: str) -> str:
+        """The chat up to where the assistant's reply starts: one user message, the generation
+        prompt added (``add_generation_prompt=True``). Rendered twice: a template whose output is
+        not a function of its input (one sha256, two prompts) is refused, as is one that ignores
+        the message (``_check_reads_message``)."""
+        _check_reads_message(self)
+        text = self._render(user)
+        if self._render(user) != text:
+            raise ConfigError(f"the chat template from {self.source} renders one message as two different prompts "
+                              "(randomness or a clock in the template): a prompt must be a function of its input; "
+                              "run with --chat-template none")
         if self.bos_added and text.startswith(self.bos_added):
             text = text[len(self.bos_added):]
         return text
@@ -78,6 +93,45 @@ class ChatTemplate:
 
     def to_log(self) -> dict:
         return {"source": self.source, "sha256": self.sha256, "bos_added": self.bos_added}
+
+
+MAX_RENDER_CHARS = 1_000_000  # a user turn longer than this is a template looping, not a chat
+MAX_RENDER_S = 10.0
+
+
+def _bounded(compiled, source: str, **context) -> str:
+    """The render, streamed and stopped past ``MAX_RENDER_CHARS`` characters or ``MAX_RENDER_S``
+    seconds (nested ``range`` loops rendered 300 MB and crashed the tokenizer library). A loop that
+    writes nothing is bounded only by jinja's own ``range`` limit (100,000 per call)."""
+    import time
+
+    start, parts, size = time.monotonic(), [], 0
+    for part in compiled.generate(**context):
+        parts.append(part)
+        size += len(part)
+        if size > MAX_RENDER_CHARS or time.monotonic() - start > MAX_RENDER_S:
+            what = f"more than {MAX_RENDER_CHARS:,} characters" if size > MAX_RENDER_CHARS else \
+                f"more than {MAX_RENDER_S:g} s"
+            raise ConfigError(f"the chat template from {source} renders one user turn in {what}: a loop, not a chat; "
+                              "run with --chat-template none")
+    return "".join(parts)
+
+
+PROBES = ("cube probe message one", "cube probe message two")
+
+
+@lru_cache(maxsize=8)
+def _reads_message(template: ChatTemplate) -> bool:
+    return template._render(PROBES[0]) != template._render(PROBES[1])
+
+
+def _check_reads_message(template: ChatTemplate) -> None:
+    """A template that renders two different messages as one text would make every item one
+    identical prompt: refused in one line."""
+    if not _reads_message(template):
+        raise ConfigError(f"the chat template from {template.source} renders two different user messages as the same "
+                          "text: it ignores the message, so every item would be one identical prompt; run with "
+                          "--chat-template none")
 
 
 @lru_cache(maxsize=8)
@@ -96,6 +150,8 @@ def _compiled(template: str):
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
+    del env.filters["random"]  # randomness: one template sha256 would give two prompts
+    del env.globals["lipsum"]  # random text
     env.globals["raise_exception"] = raise_exception
     try:
         return env.from_string(template)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,7 +110,11 @@ class Row:
 
 def _read_bytes(path: Path) -> bytes:
     try:
-        size = path.stat().st_size
+        status = path.stat()
+        if not stat.S_ISREG(status.st_mode):  # /dev/zero reads forever, a FIFO waits for a writer
+            raise ItemsError(f"{path}: not a regular file (a device, FIFO or socket); give a .jsonl, .csv or "
+                             ".parquet file")
+        size = status.st_size
         if size > MAX_FILE_BYTES:
             raise ItemsError(f"{path}: {size:,} bytes, more than {MAX_FILE_BYTES >> 20} MiB; not a benchmark file")
         return path.read_bytes()
@@ -141,6 +146,10 @@ def _csv_rows(path: Path, text: str) -> list[Row]:
         header = next(reader, None)
         if header is None:
             raise ItemsError(f"{path}: empty file (no header)")
+        repeated = sorted({name for name in header if header.count(name) > 1})
+        if repeated:  # a dict of the row would keep the last column of the name: an option lost, the answer moved
+            raise ItemsError(f"{path}: the header repeats column {', '.join(repr(n) for n in repeated)}; each column "
+                             "name must appear once")
         rows = []
         for cells in reader:
             if not any(c.strip() for c in cells):
@@ -157,7 +166,7 @@ def _csv_rows(path: Path, text: str) -> list[Row]:
             try:
                 row.fields["choices"] = json.loads(cell)
             except json.JSONDecodeError:
-                raise ItemsError(f"{row.where(path)}: field choices {cell[:40]!r} is not a JSON list "
+                raise ItemsError(f"{row.where(path)}: field choices is not a JSON list "
                                  "(use columns A, B, ... in a CSV)") from None
     return rows
 
@@ -234,7 +243,7 @@ def _answer(value: Any, n_options: int, where: str) -> int:
         index = value
     elif isinstance(value, str) and value.strip() in LETTERS:
         index = LETTERS.index(value.strip())
-    elif isinstance(value, str) and value.strip().isdigit():
+    elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():  # "²".isdigit()
         index = int(value.strip())
     else:
         raise ItemsError(f"{where}: field answer {value!r} is not a letter A..J or a 0-based index")
@@ -251,7 +260,7 @@ def _row_id(fields: dict, row: Row, where: str) -> int | str:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     text = _text(value, where, "id")
-    if text.strip().isdigit():
+    if text.strip().isascii() and text.strip().isdigit():  # "²".isdigit() is True, int("²") fails
         return int(text.strip())
     if "/" in text or not text.strip() or text != text.strip():
         raise ItemsError(f"{where}: field id {text!r} must be non-empty, without '/' or surrounding spaces")
@@ -321,6 +330,25 @@ def card_path(path: Path) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
+LINE_FIELDS = {"header": ("subject",), "question": ("question",), "option": ("label", "text")}
+
+
+def _check_line_format(path: Path, key: str, text: str, allowed: tuple[str, ...]) -> None:
+    """A card's line format names only its own fields (``{nope}``, ``{0}`` or ``{text.upper}`` raised
+    a traceback at the first prompt)."""
+    import string
+
+    try:
+        fields = [name for _, name, spec, _ in string.Formatter().parse(text) if name is not None]
+    except ValueError as exc:
+        raise ConfigError(f"{path}: card key {key} {text!r} is not a line format ({exc}); write literal braces "
+                          "as {{ and }}") from None
+    bad = [name for name in fields if name not in allowed]
+    if bad:
+        raise ConfigError(f"{path}: card key {key} names {{{bad[0]}}}; its line format takes "
+                          f"{', '.join('{' + a + '}' for a in allowed)} only (literal braces as {{{{ and }}}})")
+
+
 def read_card(path: Path | None, default_name: str) -> tuple[Card, bytes]:
     """The card at ``path`` (or the defaults where there is none), and its bytes (hashed with the data)."""
     if path is None:
@@ -332,6 +360,8 @@ def read_card(path: Path | None, default_name: str) -> tuple[Card, bytes]:
         raw = yaml.safe_load(_decode(Path(path), data)) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: YAML nesting too deep to parse; a card is a flat mapping") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a card is a mapping of {', '.join(CARD_KEYS)}")
     unknown = [k for k in raw if k not in CARD_KEYS]
@@ -340,6 +370,9 @@ def read_card(path: Path | None, default_name: str) -> tuple[Card, bytes]:
     for key in ("name", "title", "language", "format", "header", "question", "option", "licence", "source"):
         if key in raw and not isinstance(raw[key], str):
             raise ConfigError(f"{path}: card key {key} must be text, got {raw[key]!r}")
+    for key, allowed in LINE_FIELDS.items():
+        if key in raw:
+            _check_line_format(path, key, raw[key], allowed)
     name = raw.get("name", default_name)
     if not name or "/" in name or name != name.strip():
         raise ConfigError(f"{path}: card name {name!r} must be non-empty, without '/' or surrounding spaces")
@@ -372,6 +405,9 @@ def split_files(path: Path) -> dict[str | None, Path]:
         if path.suffix not in SUFFIXES:
             raise ItemsError(f"{path}: not a {', '.join(SUFFIXES)} file")
         return {None: path}
+    if path.exists() and not path.is_dir():  # a device (/dev/zero), a FIFO, a socket: never read
+        raise ItemsError(f"--benchmark {path}: not a regular file or folder (a device, FIFO or socket); give a "
+                         ".jsonl, .csv or .parquet file")
     if not path.is_dir():
         raise ItemsError(f"--benchmark {path}: no such file or folder (a .jsonl, .csv or .parquet file, or a "
                          "folder with dev/val/test files)")

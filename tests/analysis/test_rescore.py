@@ -380,3 +380,19 @@ def test_a_pair_of_two_precisions_is_refused_unless_allowed_and_then_says_so():
     # a slice that records no precision (an import) cannot be checked, and says so
     assert pair(slice_in(None, "a"), slice_in(None, "b")).precision == "not recorded"
 
+
+def test_a_side_that_records_no_precision_is_named_never_taken_for_the_others():
+    """Issue 48: a pair with one side's records saying no precision was printed as the other's one
+    precision; 'not recorded' is a value of its own, named in the pair, and a slice mixing it
+    with a recorded precision is two precisions."""
+    from cube.analysis.rescore import pair
+    from cube.errors import PrecisionMismatch
+
+    assert pair(slice_in("bfloat16", "a"), slice_in(None, "b")).precision == "A bfloat16, B not recorded"
+    assert pair(slice_in(None, "a"), slice_in("float32", "b")).precision == "A not recorded, B float32"
+    import pyarrow as pa
+
+    half = pa.concat_tables([slice_in("bfloat16", "a").slice(0, 4), slice_in(None, "a").slice(4, 4)])
+    with pytest.raises(PrecisionMismatch, match=r"slice A was scored in bfloat16\+not recorded and slice B in bfloat16"):
+        pair(half, slice_in("bfloat16", "b"))
+

@@ -284,3 +284,50 @@ def test_written_tokenizer_loads_as_cubes_own(name, tmp_path, cmmlu_items):
                                           encoding="utf-8")
     models.write_tokenizer(models.model_source(name), tmp_path)
     _assert_folder_tokenizer_is_cubes(tmp_path, name, _rendered_texts(cmmlu_items, 40))
+
+
+# ---- issue 48: a config.json that is not the weights' ------------------------------------------------
+
+@pytest.mark.parametrize("layers, needle", [
+    (3, r"expects weights the files do not hold model.layers.2."),
+    (1, r"leaves unused tensors of the files model.layers.1."),
+])
+def test_a_config_that_disagrees_with_the_weights_is_one_line_naming_tensors(tmp_path, layers, needle):
+    import json
+    from types import SimpleNamespace
+
+    import transformers
+
+    from cube.errors import ConfigError
+
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path / "m")
+    folder = SimpleNamespace(folder=lambda: tmp_path / "m", trust_remote_code=False, tokenizer=lambda: None)
+    models.load_model(folder, dtype="float32")  # config and weights agree: loads
+    written = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**written, "num_hidden_layers": layers}))
+    with pytest.raises(ConfigError, match=needle) as caught:
+        models.load_model(folder, dtype="float32")
+    assert "\n" not in str(caught.value)
+
+
+def test_a_config_claiming_far_more_layers_than_the_weights_is_refused_before_any_allocation(tmp_path):
+    """3,000 layers of hidden size 1,024 would be about 50 GB: refused from the meta-device count."""
+    import json
+
+    from cube.harness.model_spec import check_config_size
+
+    import transformers
+
+    from cube.errors import ConfigError
+
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path / "m")
+    written = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**written, "num_hidden_layers": 3000, "hidden_size": 1024,
+                                                            "intermediate_size": 4096, "head_dim": 512}))
+    with pytest.raises(ConfigError, match=r"its config.json describes a model of [\d,]+ parameters, its safetensors "
+                                          r"hold [\d,]+"):
+        check_config_size(tmp_path / "m")

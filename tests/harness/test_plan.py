@@ -230,3 +230,24 @@ def test_a_complete_plan_reruns_nothing(ran_plan):
 
 
 
+
+
+@pytest.mark.parametrize("forged_out", ["../outside", "/tmp/elsewhere", "jobs/0000/../../../outside", "jobs/0001"])
+def test_a_forged_plan_cannot_send_a_jobs_store_outside_the_plan_folder(tmp_path, forged_out):
+    """Issue 48: plan.json rewritten together with its sha256 made a job write where it said."""
+    import hashlib
+
+    from cube.harness.plan import PLAN_SUM, JobResources, Plan, PlannedJob, read_plan, write_plan
+
+    job = PlannedJob(index=0, model=MODEL, args=("--model", MODEL, "--out", "jobs/0000"), out="jobs/0000",
+                     cells=(), files={}, items=0, config_hash="0" * 64,
+                     resources=JobResources(0, 0, None, "none", "none"))
+    folder = tmp_path / "plan"
+    write_plan(Plan(version=1, code_sha256="0" * 64, settings={}, models=(MODEL,), n_items=0, cell_configs={},
+                    jobs=(job,)), folder)
+    assert read_plan(folder).jobs[0].out == "jobs/0000"
+    text = (folder / "plan.json").read_text().replace('"out": "jobs/0000"', json.dumps({"out": forged_out})[1:-1])
+    (folder / "plan.json").write_text(text)
+    (folder / PLAN_SUM).write_text(hashlib.sha256(text.encode()).hexdigest() + "\n")
+    with pytest.raises(ConfigError, match=r"job 0 writes its store at .*, not 'jobs/0000' under the plan folder"):
+        read_plan(folder)

@@ -33,7 +33,7 @@ def write_half(out, run: RunSpec) -> None:
     configs = cell_configs(run)
     job = plan_jobs(run)[0]
     rows = [record(model="m1", uid=it.uid, scorer="M1-seq", gold=it.answer, pred=it.answer,
-                   scores=scores_for(it.answer)) for it in job.items]
+                   scores=scores_for(it.answer), dtype=run.settings.dtype) for it in job.items]
     write_job_shard(out, "m1", job, rows, configs[f"m1/{job.cell_name}"])
 
 

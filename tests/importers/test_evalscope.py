@@ -321,3 +321,22 @@ def test_a_report_whose_totals_are_not_its_reviews_is_refused(tmp_path, items, e
     path.write_text(json.dumps(report), encoding="utf-8")
     with pytest.raises(HarnessImportError, match=message):
         _import(folder, items)
+
+
+def test_a_fifo_as_a_review_file_says_what_it_is_and_a_deep_task_config_is_one_line(tmp_path):
+    """Issue 48: a FIFO in a review file's place read as 'did not finish'; a task config nesting
+    too deep raised a RecursionError."""
+    import os
+
+    folder = _copy(tmp_path)
+    review = sorted(folder.glob("*/reviews/*/*.jsonl"))[0]
+    review.unlink()
+    os.mkfifo(review)
+    with pytest.raises(HarnessImportError, match=r"not a regular file \(a device, FIFO, socket or folder\)"):
+        read(folder)
+    review.unlink()
+    shutil.copy(sorted(FIXTURE.glob("*/reviews/*/*.jsonl"))[0], review)
+    config = sorted(folder.glob("*/configs/task_config*.yaml"))[-1]
+    config.write_text("model: " + "[" * 5000 + "]" * 5000 + "\n", encoding="utf-8")
+    with pytest.raises(HarnessImportError, match=r"YAML nesting too deep to parse"):
+        read(folder)

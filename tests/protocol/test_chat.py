@@ -99,3 +99,27 @@ def test_a_bos_the_tokenizer_adds_itself_is_not_written_twice():
                             (("bos_token", "<s>"),), bos_added="<s>")
     assert template.wrap("question\n", "Answer:") == "<u>question</u>Answer:"
     assert ChatTemplate(template.template, "t", (("bos_token", "<s>"),)).wrap("q", "") == "<s><u>q</u>"
+
+
+# ---- issue 48: a template that is not a function of its input ------------------------------------------
+
+@pytest.mark.parametrize("source", [
+    "{{ [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] | random }}{% for m in messages %}{{ m.content }}{% endfor %}",
+    "{{ lipsum(1) }}{% for m in messages %}{{ m.content }}{% endfor %}",
+])
+def test_a_template_with_randomness_cannot_give_one_sha256_two_prompts(source):
+    with pytest.raises(ConfigError) as caught:
+        ChatTemplate(source, "a test template").user_turn("问题")
+    assert "run with --chat-template none" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_template_that_ignores_the_message_is_one_line():
+    with pytest.raises(ConfigError, match=r"renders two different user messages as the same text: it ignores the "
+                                          r"message"):
+        ChatTemplate("<|user|>hello<|assistant|>", "a test template").user_turn("问题")
+
+
+def test_a_template_that_loops_is_stopped_at_a_bounded_size():
+    loop = "{% for i in range(100000) %}{% for j in range(100000) %}xxxxxxxxxx{% endfor %}{% endfor %}{{ messages[0].content }}"
+    with pytest.raises(ConfigError, match=r"renders one user turn in more than 1,000,000 characters"):
+        ChatTemplate(loop, "a test template").user_turn("问题")

@@ -208,3 +208,49 @@ def test_card_errors_are_one_line(tmp_path):
     bench = resolve(str(path))
     assert bench.name == "house" and bench.templates()["header"] == "Quiz on {subject}\n"
     assert bench.load()[0].subject_zh == "general knowledge" and bench.load()[0].uid == "house/all/test/0"
+
+
+# ---- issue 48 -----------------------------------------------------------------------------------------
+
+def test_a_csv_header_that_repeats_a_column_is_refused(tmp_path):
+    path = tmp_path / "mine.csv"
+    path.write_text("id,question,A,A,B,answer\n1,q?,one,two,three,B\n", encoding="utf-8")
+    with pytest.raises(ItemsError, match=r"mine.csv: the header repeats column 'A'; each column name must appear once"):
+        UserBenchmark.read(path)
+
+
+def test_superscript_digits_are_not_an_answer_index_and_an_id_of_them_is_text(tmp_path):
+    path = _write_jsonl(tmp_path / "mine.jsonl", [{**GOOD, "answer": "²"}])
+    with pytest.raises(ItemsError, match=r"row 0 \(line 1\): field answer '²' is not a letter A..J or a 0-based index"):
+        UserBenchmark.read(path)
+    _write_jsonl(path, [{**GOOD, "id": "²"}])
+    assert UserBenchmark.read(path).items[0].uid.endswith("/²")
+
+
+def test_a_device_or_fifo_as_a_benchmark_says_what_it_is(tmp_path):
+    import os
+
+    from cube.protocol.user_file import split_files
+
+    with pytest.raises(ItemsError, match=r"--benchmark /dev/zero: not a regular file or folder \(a device, FIFO"):
+        split_files(Path("/dev/zero"))
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    os.mkfifo(folder / "test.jsonl")  # a folder's split file that is a FIFO: refused, not waited on
+    with pytest.raises(ItemsError, match=r"test.jsonl: not a regular file \(a device, FIFO or socket\)"):
+        UserBenchmark.read(folder)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('option: "{nope}. {text}"\n', r"card key option names \{nope\}; its line format takes \{label\}, \{text\} only"),
+    ('question: "{0}"\n', r"card key question names \{0\}"),
+    ('header: "{subject.__class__}"\n', r"card key header names \{subject.__class__\}"),
+    ('option: "{label"\n', r"card key option '\{label' is not a line format"),
+    ("contexts: " + "[" * 5000 + "]" * 5000 + "\n", r"YAML nesting too deep to parse"),
+])
+def test_a_card_with_a_bad_line_format_or_deep_yaml_is_one_line(tmp_path, text, needle):
+    path = _write_jsonl(tmp_path / "mine.jsonl", [GOOD])
+    (tmp_path / "mine.card.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=needle) as caught:
+        resolve(str(path)).load()
+    assert "\n" not in str(caught.value)

@@ -406,7 +406,7 @@ def test_tied_scores_and_generations_keep_their_own_rules(tmp_path):
 # --- issue 22: what a harness cell promises, and a store that falls short of it -----------------
 
 
-def _harness_store(folder, n_items: int = 30, shard_size: int = 5, chunks=range(2)):
+def _harness_store(folder, n_items: int = 30, shard_size: int = 5, chunks=range(2), dtype: str | None = None):
     """A harness store holding ``chunks`` of one label cell (M1-seq, M1-strict) of ``n_items`` invented
     items, written as the runner writes them: each shard with its cell's configuration."""
     from cube.harness.runner import RunSpec, cell_configs, plan_jobs, write_job_shard
@@ -416,13 +416,15 @@ def _harness_store(folder, n_items: int = 30, shard_size: int = 5, chunks=range(
 
     items = tuple(Item("cmmlu", "agronomy", "test", i, f"虚构问题{i}", ("甲", "乙", "丙", "丁"), i % 4)
                   for i in range(n_items))
+    from cube.harness.run_config import RunSettings
+
     spec = RunSpec(model="m1", items=items, cells=(Cell(LabelSet("L1", ("A", "B", "C", "D")), "zh_cue", 0),),
-                   scorers=("M1-seq", "M1-strict"), shard_size=shard_size)
+                   scorers=("M1-seq", "M1-strict"), shard_size=shard_size, settings=RunSettings(dtype=dtype))
     configs = cell_configs(spec)
     for job in plan_jobs(spec):
         if job.chunk in chunks:
             rows = [record(model="m1", uid=it.uid, qhash=it.qhash, scorer=s, label_set="L1", gold=it.answer,
-                           pred=it.answer, scores=scores_for(it.answer))
+                           pred=it.answer, scores=scores_for(it.answer), dtype=dtype)
                     for it in job.items for s in ("M1-seq", "M1-strict")]
             write_job_shard(folder, "m1", job, rows, configs[f"m1/{job.cell_name}"])
     return spec
@@ -637,4 +639,44 @@ def test_a_finish_reason_outside_stop_and_length_is_refused(tmp_path):
                                          pa.array(["stop", "eos"]))
     write_raw(tmp_path, "m1/part-00000.parquet", bad)
     with pytest.raises(RecordsError, match=r"finish_reason, row 1: 'eos' is not one of stop, length"):
+        read_records(tmp_path)
+
+
+@pytest.mark.parametrize("forged", ["float32", None])
+def test_records_whose_dtype_disagrees_with_their_manifest_cell_are_refused_by_readers_and_resume(tmp_path, forged):
+    """Issue 48: records rewritten (with their manifest entry) to say another precision, or none,
+    than the cell their manifest records passed every reader, so the precision guard of a paired
+    comparison was told what the records said; the reader and resume now both refuse them."""
+    from cube.harness.runner import resume_plan
+
+    spec = _harness_store(tmp_path, n_items=10, shard_size=5, chunks=range(2), dtype="bfloat16")
+    assert set(read_records(tmp_path).column("dtype").to_pylist()) == {"bfloat16"}
+    name = f"{CELL}--00000.parquet"
+    shard = pq.read_table(tmp_path / name)
+    i = shard.schema.get_field_index("dtype")
+    _rewrite_with_manifest(tmp_path, name, shard.set_column(i, shard.schema.field("dtype"),
+                                                            pa.array([forged] * shard.num_rows, pa.string())))
+    with pytest.raises(RecordsError, match=rf"records in dtype {forged or 'not recorded'} where the manifest's cell "
+                                           r"was run in bfloat16"):
+        read_records(tmp_path)
+    with pytest.raises(RecordsError, match=r"where the manifest's cell was run in bfloat16"):
+        read_records(tmp_path, columns=["probs"])
+    plan = resume_plan(spec, tmp_path)
+    assert [j.chunk for j in plan.todo] == [0] and "where the manifest's cell was run in bfloat16" in plan.broken[0]
+
+
+@pytest.mark.parametrize("column, value, needle", [
+    ("gen_tokens", -3, "column gen_tokens, row 1: -3 is not a token count"),
+    ("finish_reason", "eos", "column finish_reason, row 1: 'eos' is not one of stop, length"),
+])
+def test_a_reader_of_some_columns_makes_the_checks_resume_makes(tmp_path, column, value, needle):
+    """Issue 48: rescore and confirm read a column subset, and the values only resume checked
+    (a bogus finish_reason, a negative gen_tokens) passed them."""
+    bad = conform(small(n=2))
+    i = RECORD_SCHEMA.get_field_index(column)
+    bad = bad.set_column(i, RECORD_SCHEMA.field(column), pa.array([None, value], RECORD_SCHEMA.field(column).type))
+    write_raw(tmp_path, "m1/part-00000.parquet", bad)
+    with pytest.raises(RecordsError, match=needle):
+        read_records(tmp_path, columns=["probs"])
+    with pytest.raises(RecordsError, match=needle):
         read_records(tmp_path)

@@ -137,10 +137,11 @@ class HFBackend(Backend):
     def from_config(cls, model: str, dtype: str | None = None, device: str | None = None, **options) -> HFBackend:
         """``--model SPEC`` (a string or a parsed ``ModelSpec``), loaded and verified by ``load_model``
         once its weights are known to fit in the memory there is (one line, not an OOM kill)."""
-        from cube.harness.model_spec import check_fits, parameter_count, parse_model
+        from cube.harness.model_spec import check_config_size, check_fits, parameter_count, parse_model
         from cube.harness.models import load_model
 
         spec = parse_model(str(model)) if isinstance(model, (str, Path)) else model
+        check_config_size(spec.folder(), spec.trust_remote_code)  # before anything is allocated
         check_fits(spec.name, parameter_count(spec.folder()), dtype or "bfloat16", device or "cpu")
         loaded, tokenizer = load_model(spec, dtype, device or "cpu")
         return cls(loaded, tokenizer, **options)

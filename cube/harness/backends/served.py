@@ -13,7 +13,11 @@ used (``check_echo``, ``check_options``), and each failure is one line naming wh
   exactly alike;
 - an echoed prompt that differs from the one sent (a server applying a template, normalising
   whitespace);
-- a model id that differs from ``--model`` (``/v1/models`` and each answer's ``model``).
+- a model id that differs from ``--model`` (``/v1/models`` and each answer's ``model``);
+- echoed tokens that do not re-assemble the prompt sent (``served_echo.check_reassembly``), and
+  a NaN log-probability;
+- a redirect to another scheme, host or port, and an API key bound for plain HTTP to another
+  machine (``http_guard``); ``--request-timeout`` bounds each whole request.
 
 Which tokens are the continuation's is read from the server's own tokens, never by re-tokenizing
 here: each request's context is echoed alone and with each continuation, and the continuation is
@@ -45,6 +49,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import math
 import os
 import re
 import socket
@@ -68,6 +73,8 @@ from cube.harness.backends.base import (
     ScoreRequest,
     finish_reason,
 )
+from cube.harness.backends.http_guard import Deadline, RedirectRefused, check_key_transport, opener, text_digest
+from cube.harness.backends.served_echo import check_reassembly
 from cube.harness.backends.served_fast import FastPath
 from cube.harness.backends.served_info import ServerError, prefix_cache_counters
 from cube.protocol.tokenization import common_prefix_len
@@ -96,6 +103,7 @@ class ServerSettings:
     timeout_s: float = DEFAULT_TIMEOUT_S
     retries: int = RETRIES
     backoff_s: float = BACKOFF_S
+    key_over_http: bool = False  # the user's word that the key may cross plain HTTP to another machine
 
     def __post_init__(self) -> None:
         parsed = urllib.parse.urlparse(self.base_url)
@@ -129,6 +137,7 @@ class ServerClient:
         self.settings = settings
         environ = os.environ if environ is None else environ
         self._api_key = environ.get(settings.api_key_env) or None
+        check_key_transport(settings.base_url, self._api_key is not None, settings.key_over_http)
         self._sleep = sleep
         self._lock = Lock()
         self.requests_sent = 0  # HTTP requests, retries included
@@ -142,8 +151,20 @@ class ServerClient:
         request = urllib.request.Request(self.settings.base_url + path, data=data, method=method, headers=headers)
         with self._lock:
             self.requests_sent += 1
-        with urllib.request.urlopen(request, timeout=self.settings.timeout_s) as response:
-            payload = response.read()
+        deadline = Deadline(self.settings.timeout_s).start()  # the whole request, not each read
+        try:
+            with opener(deadline).open(request, timeout=self.settings.timeout_s) as response:
+                payload = response.read()
+        except RedirectRefused as exc:
+            raise ServerError(str(exc)) from None
+        except (OSError, http.client.HTTPException):
+            if deadline.expired:
+                raise TimeoutError(f"the whole request took more than {self.settings.timeout_s:g} s") from None
+            raise
+        finally:
+            deadline.cancel()
+        if deadline.expired:
+            raise TimeoutError(f"the whole request took more than {self.settings.timeout_s:g} s")
         try:
             return json.loads(payload)
         except ValueError:
@@ -180,12 +201,16 @@ class ServerClient:
         None on any failure: asked once, for what a server may or may not say about itself."""
         root = self.settings.base_url[:-len("/v1")]
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        # the guarded opener, as every request: the key never follows a redirect to another origin
+        deadline = Deadline(min(self.settings.timeout_s, 10.0)).start()
         try:
             request = urllib.request.Request(root + path, headers=headers)
-            with urllib.request.urlopen(request, timeout=min(self.settings.timeout_s, 10.0)) as response:
+            with opener(deadline).open(request, timeout=min(self.settings.timeout_s, 10.0)) as response:
                 return response.read().decode("utf-8", "replace")
-        except (OSError, http.client.HTTPException, ValueError):
+        except (OSError, http.client.HTTPException, ValueError, RedirectRefused):
             return None
+        finally:
+            deadline.cancel()
 
     def models(self) -> list[str]:
         answer = self.call("GET", "/models")
@@ -263,9 +288,9 @@ def check_echo(prompt: str, choice: Any, where: str) -> tuple[list[str], list[fl
     if not isinstance(text, str) or not text.startswith(prompt):
         got = text if isinstance(text, str) else None
         at = common_prefix_len(prompt, got) if got is not None else 0
-        raise ServerError(f"{where}: the echoed prompt differs from the one sent at character {at} "
-                          f"(sent {prompt[at:at + 12]!r}, got {(got or '')[at:at + 12]!r}; a chat template or "
-                          "whitespace normalisation on the server?): cube scores only the text it sent")
+        raise ServerError(f"{where}: the echoed prompt differs from the one sent at character {at} of "
+                          f"{len(prompt)} (prompt {text_digest(prompt)}; a chat template or whitespace normalisation "
+                          "on the server?): cube scores only the text it sent")
     logprobs = choice.get("logprobs")
     if not isinstance(logprobs, dict) or not isinstance(logprobs.get("token_logprobs"), list) \
             or not isinstance(logprobs.get("tokens"), list) or not logprobs["tokens"]:
@@ -286,6 +311,9 @@ def check_echo(prompt: str, choice: Any, where: str) -> tuple[list[str], list[fl
         raise ServerError(f"{where}: {len(nulls)} of {len(values) - 1} prompt tokens have no log-probability "
                           f"(null at position {nulls[0]}): it cannot be scored")
     scored = [float(v) for v in values[1:]]
+    if any(math.isnan(v) for v in scored):
+        raise ServerError(f"{where}: log-probability NaN from the server at position "
+                          f"{next(k for k, v in enumerate(scored, 1) if math.isnan(v))}: not a number, it cannot be scored")
     positive = [v for v in scored if v > 0]
     if positive:
         raise ServerError(f"{where}: log-probability {positive[0]!r} > 0 from the server; a log-probability is at "
@@ -300,8 +328,8 @@ def check_options(request: ScoreRequest, totals: list[float]) -> None:
     """Every option of an item scored exactly alike is a server scoring nothing, not a tie."""
     distinct = len(set(request.continuations)) > 1
     if distinct and len(totals) > 1 and len(set(totals)) == 1:
-        raise ServerError(f"every option after context ...{request.context[-30:]!r} got log-likelihood {totals[0]!r} "
-                          "from the server: constant scores, not a model's (scoring would be chance level)")
+        raise ServerError(f"every option after context {text_digest(request.context)} got log-likelihood "
+                          f"{totals[0]!r} from the server: constant scores, not a model's (scoring would be chance level)")
 
 
 # ---- the server's tokenizer, for the audit ---------------------------------------------------------
@@ -370,6 +398,8 @@ class ServedBackend(Backend):
         self.tokenizer = ServerTokenizer(self)
         self.finish_reasons: list[str | None] = []
         self.fast = FastPath(self)
+        self.local = None  # the ModelSpec of cube's copy of the served tokenizer, where there is one
+        self._local_tokenizer = None
         if check:
             check_model(client)
         self._cache_before = prefix_cache_counters(client) if check else None
@@ -382,6 +412,12 @@ class ServedBackend(Backend):
             return model.backend
         raise ConfigError("--backend openai needs --base-url URL (the OpenAI-compatible server) and the served "
                           f"model's id as --model, not {model!r} alone")
+
+    def local_tokenizer(self):
+        """cube's copy of the served model's tokenizer (``--tokenizer``), loaded once; else None."""
+        if self.local is not None and self._local_tokenizer is None:
+            self._local_tokenizer = self.local.tokenizer()
+        return self._local_tokenizer
 
     # -- talking to the server
 
@@ -402,17 +438,19 @@ class ServedBackend(Backend):
             raise ServerError(f"{where}: {len(choices) if isinstance(choices, list) else 'no'} choices for "
                               f"{len(prompts)} prompts")
         ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
+        usage = answer.get("usage") if isinstance(answer, dict) else None
+        read = usage.get("prompt_tokens") if isinstance(usage, dict) else None
         echoes = []
         for prompt, choice in zip(prompts, ordered):
             tokens, values, offsets = check_echo(prompt, choice, where)
             ids = self.table.ids(tokens)
+            check_reassembly(prompt, tokens, ids, bool(self.table.server_ids), self.local_tokenizer(),
+                             isinstance(read, int), where)
             echo = Echo(prompt, tuple(tokens), ids,
                         tuple(float("nan") if k == 0 or v is None else float(v) for k, v in enumerate(values)),
                         tuple(offsets))
             echoes.append(echo)
         sent = sum(len(e.ids) for e in echoes)
-        usage = answer.get("usage") if isinstance(answer, dict) else None
-        read = usage.get("prompt_tokens") if isinstance(usage, dict) else None
         if isinstance(read, int) and sent < read:
             raise ServerError(f"{where}: the server read {read} prompt tokens but scored {sent}: fewer prompt tokens "
                               "scored than sent (a truncated echo)")
@@ -503,8 +541,8 @@ class ServedBackend(Backend):
                 full = echoes[request.context + text]
                 prefix = common_prefix_len(ctx.ids, full.ids)
                 if prefix == 0:
-                    raise CubeError(f"continuation {text!r} after context {request.context[-40:]!r} has no context "
-                                    "token to condition on (the server's tokens share none)")
+                    raise CubeError(f"continuation {text_digest(text)} after context {text_digest(request.context)} "
+                                    "has no context token to condition on (the server's tokens share none)")
                 ids = full.ids[prefix:]
                 per_item.append(ContinuationLogprobs(ids, np.asarray(full.logprobs[prefix:], dtype=np.float64),
                                                      prefix < len(ctx.ids)))
@@ -612,6 +650,7 @@ def served_model(settings: ServerSettings, tokenizer_spec: str | None = None,
         if candidate is not None and candidate.kind in ("demo", "folder"):
             local = candidate
     backend = ServedBackend(ServerClient(settings, environ))
+    backend.local = local
     return ServedModel(settings, backend, local)
 
 

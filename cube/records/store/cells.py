@@ -209,7 +209,7 @@ def unfinished_cells(manifest: Mapping[str, Any]) -> list[str]:
 
 
 def shard_problem(directory: str | Path, name: str, entry: Mapping[str, Any],
-                  expected_rows: int | None = None) -> str | None:
+                  expected_rows: int | None = None, cell_dtype: str | None = None) -> str | None:
     """Why a listed shard cannot be counted as done on resume (None: it can).
 
     A resume that trusted every listed, present file would keep a truncated or edited shard for
@@ -231,10 +231,10 @@ def shard_problem(directory: str | Path, name: str, entry: Mapping[str, Any],
         return f"{rows} rows where the manifest lists {entry['rows']}"
     if expected_rows is not None and rows != expected_rows:
         return f"{rows} rows where its cell promises {expected_rows}"
-    return _reader_problem(path, name)
+    return _reader_problem(path, name, cell_dtype)
 
 
-def _reader_problem(path: Path, name: str) -> str | None:
+def _reader_problem(path: Path, name: str, cell_dtype: str | None = None) -> str | None:
     """What a reader of the store would refuse in this one shard (schema, values, keys), or None.
 
     A shard rewritten with its manifest entry (a wrong schema version, a column of another type, a
@@ -248,7 +248,7 @@ def _reader_problem(path: Path, name: str) -> str | None:
     from cube.records.store.checks import _check_duplicates, _check_qhash_consistency, _check_values, _read_shard
 
     try:
-        table = _read_shard(path, name, None)
+        table = _read_shard(path, name, None, cell_dtype=cell_dtype)
         _check_values(table, name)
         rows = np.zeros(table.num_rows, dtype=np.int64)
         _check_duplicates(table, rows, [name])

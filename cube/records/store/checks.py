@@ -308,12 +308,17 @@ def check_items(
         )
 
 
-def _read_shard(path: Path, name: str, columns: list[str] | None, dtype: str | None = None) -> pa.Table:
+def _read_shard(path: Path, name: str, columns: list[str] | None, dtype: str | None = None,
+                cell_dtype: str | None = None) -> pa.Table:
     """One shard as a reader reads it: the schema checked from the footer, the model against its folder
     (here beside the checks, so that a resume (``cells.shard_problem``) makes them too).
 
     A schema-1 shard is read forward (``migrate_v1``) with ``dtype``, the precision its store
-    recorded for it (``store.read.recorded_dtypes``; None: not recorded)."""
+    recorded for it (``store.read.recorded_dtypes``; None: not recorded).
+
+    ``cell_dtype``: the precision the manifest's cell configuration records; a schema-2 shard
+    whose records say another (or none) is refused, so that the precision guard of a paired
+    comparison is not told one thing by the records and another by the manifest."""
     try:
         parquet = pq.ParquetFile(path)
         version = _check_schema(parquet.schema_arrow, name)
@@ -324,6 +329,12 @@ def _read_shard(path: Path, name: str, columns: list[str] | None, dtype: str | N
                 table = table.select(columns)
         else:
             table = parquet.read(columns=columns)
+            if cell_dtype is not None:
+                recorded = (table if "dtype" in table.column_names else parquet.read(columns=["dtype"])).column("dtype")
+                other = [v for v in pc.unique(recorded).to_pylist() if v != cell_dtype]
+                if other:
+                    raise RecordsError(f"{name}: records in dtype {other[0] or 'not recorded'} where the manifest's cell "
+                                       f"was run in {cell_dtype} (records or manifest edited after writing)")
     except RecordsError:
         raise
     except (pa.ArrowException, OSError, ValueError) as exc:

@@ -55,6 +55,17 @@ def recorded_dtypes(directory: str | Path, manifest: Mapping) -> dict[str, str]:
     return out
 
 
+CHECKED_COLUMNS = ("probs", "first_token_ids", "n_tokens", "finish_reason", "gen_tokens")  # _check_values
+
+
+def cell_dtypes(manifest: Mapping) -> dict[str, str]:
+    """Shard file -> the precision its manifest's cell configuration records (cells that record none
+    are left out): what a schema-2 shard's own ``dtype`` column must say (``_read_shard``)."""
+    by_cell = {key: str(cell["dtype"]) for key, cell in manifest.get("cells", {}).items() if cell.get("dtype")}
+    return {name: by_cell[name.rsplit("--", 1)[0]] for name in manifest.get("files", {})
+            if name.rsplit("--", 1)[0] in by_cell}
+
+
 def read_records(
     directory: str | Path,
     verify: bool = True,
@@ -114,6 +125,7 @@ def read_records(
         wanted = [name for name in RECORD_SCHEMA.names if name in needed]
 
     dtypes = recorded_dtypes(directory, manifest)
+    by_cell = cell_dtypes(manifest)
     tables: list[pa.Table] = []
     for name in tqdm(listed, desc="reading records", unit="file", disable=not progress):
         path = directory / name
@@ -127,7 +139,10 @@ def read_records(
                     f"{where}: sha256 {digest[:12]}... does not match the manifest's "
                     f"{manifest['files'][name]['sha256'][:12]}... (file changed after writing)"
                 )
-        table = _read_shard(path, name, wanted, dtypes.get(name))
+        # the columns a reader checks are read even where not asked for: a bogus finish_reason or a
+        # negative gen_tokens passed rescore and confirm (which read a subset) while resume refused it
+        checked = None if wanted is None else wanted + [c for c in CHECKED_COLUMNS if c not in wanted]
+        table = _read_shard(path, name, checked, dtypes.get(name), by_cell.get(name))
         listed_rows = manifest["files"][name].get("rows")
         if listed_rows is not None and table.num_rows != listed_rows:
             raise RecordsError(
@@ -135,7 +150,7 @@ def read_records(
                 "changed after writing)"
             )
         _check_values(table, where)
-        tables.append(table)
+        tables.append(table if wanted is None else table.select(wanted))
 
     schema = RECORD_SCHEMA
     if wanted is not None:

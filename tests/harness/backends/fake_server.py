@@ -23,7 +23,10 @@ FAULTS = ("none", "no_logprobs", "nulls", "truncated", "zeros", "positive", "con
           # the fast path's (issue 46): logprob_token_ids answered with other ids, with none, with its own
           # top-k (the field ignored); next-token numbers that differ from the echoed ones; every number
           # moved by its prompt's place in the request (scores that depend on the batch and its order)
-          "ids_other", "ids_none", "ids_topk", "fast_differs", "batch_dependent", "ids_later")
+          "ids_other", "ids_none", "ids_topk", "fast_differs", "batch_dependent", "ids_later",
+          # issue 48: echoes short of the prompt, token strings, NaN, a redirect, a dripping answer
+          "truncated_no_usage", "strings", "strings_truncated", "nan", "redirect", "drip")
+NO_USAGE = ("truncated_no_usage", "strings", "strings_truncated")
 
 
 def fake_logprob(ids: list[int], k: int) -> float:
@@ -54,6 +57,8 @@ class FakeState:
     seen_prompts: list = field(default_factory=list)  # token id tuples of every prompt read
     fast_seen: int = 0  # prompts answered with logprob_token_ids
     bodies: list = field(default_factory=list)  # every /v1/completions request body, as sent
+    redirect_to: str = ""  # fault redirect: where GET /v1/models is sent (302)
+    drip_s: float = 0.5  # fault drip: the model list's answer, one byte every drip_s
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -113,8 +118,14 @@ def _echo_choice(state: FakeState, prompt: str, index: int) -> tuple[dict, int]:
         values[-1] = 0.5
     elif state.fault == "constant":
         values = [None] + [-1.0] * (len(ids) - 1)
-    elif state.fault == "truncated":
+    elif state.fault == "nan":
+        values[-1] = float("nan")
+    elif state.fault in ("truncated", "truncated_no_usage"):
         tokens, values, offsets = tokens[:-1], values[:-1], offsets[:-1]
+    if state.fault in ("strings", "strings_truncated"):  # a server that echoes token strings, not ids
+        tokens = [state.tokenizer.decode([i]) for i in ids]
+        if state.fault == "strings_truncated":
+            tokens, values, offsets = tokens[:-1], values[:-1], offsets[:-1]
     elif state.fault == "template":
         text = "<|im_start|>user\n" + prompt  # a chat template applied on the server
     logprobs = None if state.fault == "no_logprobs" else {
@@ -157,6 +168,27 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):  # noqa: N802
+        with self.state.lock:
+            self.state.authorizations.add(self.headers.get("Authorization"))
+        if self.state.fault == "redirect":
+            self.send_response(302)
+            self.send_header("Location", self.state.redirect_to)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.state.fault == "drip":
+            data = json.dumps({"object": "list", "data": [{"id": self.state.model}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            try:
+                for byte in data:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(self.state.drip_s)
+            except OSError:  # the client gave up: what a timeout is for
+                pass
+            return
         state, path = self.state, self.path.rstrip("/")
         where, said = state.says_dtype or (None, None)
         if path == "/v1/models":
@@ -227,9 +259,11 @@ class Handler(BaseHTTPRequestHandler):
         with state.lock:
             state.prompt_tokens += read
         model = "someone-else" if state.fault == "answer_model" else state.model
-        self._send(200, {"object": "text_completion", "model": model, "choices": choices,
-                         "usage": {"prompt_tokens": read, "completion_tokens": made,
-                                   "total_tokens": read + made}})
+        answer = {"object": "text_completion", "model": model, "choices": choices,
+                  "usage": {"prompt_tokens": read, "completion_tokens": made, "total_tokens": read + made}}
+        if state.fault in NO_USAGE:
+            del answer["usage"]
+        self._send(200, answer)
 
 
 @contextmanager

@@ -15,7 +15,7 @@ import pytest
 
 from cube.errors import ConfigError
 from cube.harness.backends.base import ScoreRequest
-from cube.harness.backends.served import ServedBackend, ServerClient, ServerError, ServerSettings, served_model
+from cube.harness.backends.served import API_KEY_ENV, ServedBackend, ServerClient, ServerError, ServerSettings, served_model
 from cube.harness.run_config import RunConfig
 from cube.protocol.tokenization import tokens_in_context
 from tests.harness.backends.fake_server import FakeState, fake_logprob, serve
@@ -245,3 +245,89 @@ def test_issue45_a_changed_revision_on_resume_names_the_flag_and_both_values(dem
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (f"cube: error: {tmp_path / 'out'}: --revision v1 -> v2: this store's fake-model cells were "
                        "scored with --revision v1; resume with --revision v1, or write to a new --out")
+
+
+# ---- issue 48: a key that follows a redirect, a short echo, a drip, a NaN ------------------------------
+
+def test_a_redirect_to_another_host_is_refused_and_the_key_never_goes_there(demo_tokenizer):
+    elsewhere = FakeState(demo_tokenizer)
+    with serve(elsewhere) as other_url:
+        state = FakeState(demo_tokenizer, fault="redirect", redirect_to=other_url + "/models")
+        with serve(state) as url:
+            settings = ServerSettings(url, "fake-model", api_key_env="MY_KEY", retries=0)
+            with pytest.raises(ServerError) as caught:
+                ServedBackend(ServerClient(settings, environ={"MY_KEY": "sk-test-123"}))
+    message = str(caught.value)
+    here, there = url.split("/v1")[0], other_url.split("/v1")[0]
+    assert f"{here}/v1/models redirected (HTTP 302) to {there}/v1/models" in message and "\n" not in message
+    assert elsewhere.authorizations == set()  # the other host saw no request at all, so no key
+    assert state.authorizations == {"Bearer sk-test-123"}
+
+
+def test_the_key_is_not_sent_over_plain_http_to_another_machine_unless_the_user_says_so():
+    with pytest.raises(ConfigError, match=r"--base-url http://203.0.113.9:8000/v1 is plain HTTP to another machine"):
+        ServerClient(ServerSettings("http://203.0.113.9:8000/v1", "m"), environ={API_KEY_ENV: "sk-1"})
+    ServerClient(ServerSettings("http://203.0.113.9:8000/v1", "m", key_over_http=True), environ={API_KEY_ENV: "sk-1"})
+    ServerClient(ServerSettings("http://203.0.113.9:8000/v1", "m"), environ={})  # no key: nothing to protect
+    ServerClient(ServerSettings("https://203.0.113.9/v1", "m"), environ={API_KEY_ENV: "sk-1"})
+    ServerClient(ServerSettings("http://localhost:8000/v1", "m"), environ={API_KEY_ENV: "sk-1"})
+
+
+def test_cube_run_refuses_the_key_over_plain_http_before_any_request(tmp_path, capsys, monkeypatch):
+    from cube.cli import main
+
+    monkeypatch.setenv(API_KEY_ENV, "sk-test-123")
+    argv = ["run", "--backend", "openai", "--base-url", "http://203.0.113.9:8000/v1", "--model", "m",
+            "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "plain HTTP to another machine" in last and "--key-over-http" in last
+    config = RunConfig(model="m", backend="openai", base_url="http://203.0.113.9:8000/v1", key_over_http=True)
+    assert RunConfig.from_log({"config": config.to_log()}) == config  # the user's word is logged with the run
+
+
+@pytest.mark.parametrize("fault, needle", [
+    ("truncated_no_usage", "echoed token ids without usage.prompt_tokens"),
+    ("strings_truncated", "the echoed tokens spell"),
+    ("nan", "log-probability NaN from the server"),
+])
+def test_a_short_echo_without_usage_and_a_nan_are_refused(demo_tokenizer, fault, needle):
+    with serve(FakeState(demo_tokenizer, fault=fault)) as url:
+        with pytest.raises(ServerError) as caught:
+            backend_for(url).score(REQUESTS[2:3])
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_short_echo_of_ids_is_refused_against_the_tokenizer_cube_has(demo_tokenizer):
+    from cube.harness.model_spec import parse_model
+
+    with serve(FakeState(demo_tokenizer, fault="truncated_no_usage")) as url:
+        backend = backend_for(url)
+        backend.local = parse_model(DEMO)
+        with pytest.raises(ServerError, match="the echoed token ids decode to"):
+            backend.score(REQUESTS[2:3])
+
+
+def test_token_strings_that_spell_the_prompt_score_as_the_ids_do(demo_tokenizer):
+    with serve(FakeState(demo_tokenizer)) as url:
+        want = backend_for(url).score(REQUESTS[1:3])
+    with serve(FakeState(demo_tokenizer, fault="strings")) as url:
+        got = backend_for(url).score(REQUESTS[1:3])
+    assert [[c.total for c in o] for o in got] == [[c.total for c in o] for o in want]
+
+
+def test_the_request_timeout_bounds_the_whole_request_not_each_read(demo_tokenizer):
+    """A server answering one byte every 0.5 s never lets a per-read timeout of 1 s pass."""
+    with serve(FakeState(demo_tokenizer, fault="drip")) as url:
+        with pytest.raises(ServerError, match=r"no answer within 1 s after 1 tries"):
+            backend_for(url, timeout_s=1.0, retries=0)
+
+
+def test_error_lines_show_a_digest_of_the_prompt_never_its_text(demo_tokenizer):
+    for fault in ("template", "constant"):
+        with serve(FakeState(demo_tokenizer, fault=fault)) as url:
+            with pytest.raises(ServerError) as caught:
+                backend_for(url).score(REQUESTS[:1])
+        message = str(caught.value)
+        assert "text sha256:" in message
+        assert not any(ch in message for ch in "问题一加等于几答案"), message
