@@ -336,7 +336,7 @@ def _store_of(tmp_path, model: str, scorers: tuple[str, ...], margin: float):
                     pred = -1 if (name == "M6-strict" and it.uid == ITEMS[0].uid) else it.answer
                     rows.append(record(model=model, uid=it.uid, scorer=name, label_set="L1", gold=it.answer, pred=pred,
                                        scores=[float("nan")] * 4, tied=False, generation="答案",
-                                       probs=[float(i == pred) for i in range(4)]))
+                                       probs=[float(i == pred) for i in range(4)], dtype="bfloat16"))
             else:
                 scores = [-1.0 - 2 * i for i in range(4)]
                 scores[it.answer], scores[(it.answer + 1) % 4] = -1.0, -1.0 - margin
@@ -344,7 +344,7 @@ def _store_of(tmp_path, model: str, scorers: tuple[str, ...], margin: float):
                 rows.append(record(model=model, uid=it.uid, scorer="M1-seq" if job.kind == "label" else "M2",
                                    label_set="L1" if job.kind == "label" else "-",
                                    context="zh_cue" if job.kind == "label" else "cloze", gold=it.answer,
-                                   pred=it.answer, scores=scores))
+                                   pred=it.answer, scores=scores, dtype="bfloat16"))  # as the runner writes them
         write_job_shard(tmp_path / "out", model, job, rows, config=configs[f"{model}/{job.cell_name}"])
     return spec
 
