@@ -98,6 +98,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
             audit=tuple(audit_cells(model, label_sets, config, chat_template, templates,
                                     max(len(i.options) for i in items))),
             chat_template=chat_template, **served_settings(model),
+            thinking_markers=thinking_markers_of(model, templates) if index is not None else None,
         ),
     )
     preflight(spec)  # every prompt the run will build: shots, orders, label sets, names
@@ -130,6 +131,30 @@ def served_settings(model) -> dict:
     return {"server_url": model.settings.base_url, "served_model_id": model.settings.model,
             "served_revision": model.settings.revision,
             "audit_checked_against": model.local.described if model.local is not None else None}
+
+
+def thinking_markers_of(model, templates: dict):
+    """Where a generation's thinking block ends (``cube.protocol.thinking``): the templates'
+    ``generation.thinking_markers`` where they name a pair (a config folder's override), else the
+    pair the model's tokenizer has among its added tokens, with their ids (a served model: its local
+    tokenizer's, where cube has one), else the default ``<think>``/``</think>`` without ids."""
+    from cube.protocol.thinking import DEFAULT_MARKERS, markers_of_card, markers_of_tokenizer
+
+    named = markers_of_card((templates.get("generation") or {}).get("thinking_markers"), "templates generation")
+    tokenizer = None
+    if getattr(model, "kind", None) == "server":
+        local = getattr(model, "local", None)
+        tokenizer = local.tokenizer() if local is not None else None
+    else:
+        tokenizer = model.tokenizer()
+    if tokenizer is None or not hasattr(tokenizer, "token_to_id"):
+        return named or DEFAULT_MARKERS
+    found = markers_of_tokenizer(tokenizer, model.name)
+    if named is None:
+        return found
+    ids = {m: tokenizer.token_to_id(m) for m in (named.open, named.close)}
+    return replace(named, open_ids=(ids[named.open],) if ids[named.open] is not None else None,
+                   close_ids=(ids[named.close],) if ids[named.close] is not None else None)
 
 
 def chat_template_of(model, config: RunConfig):
@@ -206,5 +231,5 @@ def strict_audit(spec: RunSpec, strict: bool) -> None:
                                                                 if len(warnings) > 1 else ""))
 
 
-__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "chat_template_of", "check_contexts", "degenerate_warnings",
+__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "chat_template_of", "thinking_markers_of", "check_contexts", "degenerate_warnings",
            "model_of", "served_settings", "strict_audit"]

@@ -214,6 +214,9 @@ class RunSettings:
     model_files: tuple[tuple[str, str], ...] | None = None  # each file the load reads -> sha256 (None: demo)
     model_source: str | None = None  # "folder /path", "hub hf:ORG/NAME@REV", "gguf f.gguf", "demo NAME"
     chat_template: Any = None  # cube.protocol.chat.ChatTemplate, read where a cell asks for it (chat cells record it)
+    # cube.protocol.thinking.ThinkingMarkers: where a generation's thinking block ends (None: the default pair,
+    # no token ids); a generation cell records a pair other than the default
+    thinking_markers: Any = None
     device: str | None = None
     dtype: str | None = None
     dtype_reason: str | None = None
@@ -265,6 +268,8 @@ class RunSettings:
             logged["audit"] = [cell.to_log() for cell in self.audit]
         if self.chat_template is not None:
             logged["chat_template"] = self.chat_template.to_log()
+        if self.thinking_markers is not None:
+            logged["thinking_markers"] = self.thinking_markers.to_log()
         for name in ("server_url", "served_model_id", "served_revision", "audit_checked_against"):
             if getattr(self, name) is not None:  # a model loaded here logs what it logged before
                 logged[name] = getattr(self, name)
@@ -276,7 +281,7 @@ class RunSettings:
         ``model_files``, ``model_source`` or ``audit`` (before issue 37) reads them as None/empty,
         and a line without ``config`` gets the one its command says (``RunConfig.from_log``). The
         audit stays in its logged (JSON) form."""
-        names = {f.name for f in fields(cls)} - {"config", "audit", "chat_template"}
+        names = {f.name for f in fields(cls)} - {"config", "audit", "chat_template", "thinking_markers"}
         values = {n: entry.get(n) for n in names}
         if isinstance(values["model_files"], Mapping):
             values["model_files"] = tuple(sorted(values["model_files"].items()))

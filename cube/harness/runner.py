@@ -41,6 +41,8 @@ from cube.protocol.chat import MODEL_CHAT, NO_CHAT, record_context
 from cube.protocol.scorers import PASSES, SCORERS, ContinuationScores, ScoreResult, pass_scorers
 from cube.protocol.items import Item
 from cube.protocol.prompts import Cell, cloze_prompt, judgement_prompts, render_prompt
+from cube.protocol.thinking import DEFAULT_MARKERS, prompt_opens_thinking, split_thinking, thinking_outcome, \
+    thinking_tokens
 from cube.records.leakage import LeakageIndex, scrub
 from cube.records.schema import ALL_SCORERS, RUNLOG_NAME, cell_shard_file, record_row
 
@@ -166,15 +168,17 @@ def plan_jobs(spec: RunSpec) -> list[Job]:
 
 def _record(model: str, item: Item, scorer: str, cell_key: tuple, gold: int, result: ScoreResult | None,
             conts: list[ContinuationLogprobs] | None, generation: GenerationResult | None = None,
-            pred: int | None = None, *, dtype: str | None, stored: str | None = None) -> dict:
+            pred: int | None = None, *, dtype: str | None, stored: str | None = None,
+            thinking: str | None = None, thinking_tokens: int | None = None) -> dict:
     """One record (``cube.records.schema.record_row``), with the first token and token count of
     each continuation the scorer read, the precision the model ran in, and for a generation its
-    scrubbed text (``stored``), its length and why it ended."""
+    scrubbed text (``stored``), its length, why it ended and what its thinking block did."""
     return record_row(model, item, scorer, cell_key, gold, result, pred=pred, generation=stored,
                       first_token_ids=[int(c.token_ids[0]) for c in conts] if conts else None,
                       n_tokens=[len(c.token_ids) for c in conts] if conts else None, dtype=dtype,
                       gen_tokens=generation.n_tokens if generation is not None else None,
-                      finish_reason=generation.finish_reason if generation is not None else None)
+                      finish_reason=generation.finish_reason if generation is not None else None,
+                      thinking=thinking, thinking_tokens=thinking_tokens)
 
 
 def _as_scores(conts: list[ContinuationLogprobs], texts: tuple[str, ...],
@@ -320,21 +324,29 @@ def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> 
     gens = backend.generate([p for p, _ in built], max_new, batch_size=spec.batch_size)
     key = (job.cell.label_set.name, record_context(PASSES[job.kind].context or job.cell.context, job.cell.chat),
            job.cell.shots, job.cell.order)
+    markers = spec.settings.thinking_markers or DEFAULT_MARKERS
     rows = []
-    for item, (_, seen), gen in zip(job.items, built, gens):
+    for item, (full, seen), gen in zip(job.items, built, gens):
         labels = job.cell.label_set.shown(len(item.options))  # a ten-label set shows N of them on N options
         prompt = render_prompt(item, replace(job.cell, chat=NO_CHAT), list(spec.dev_items),
                                spec.prompt_templates())  # its options' order
         shown = [item.options[i] for i in prompt.permutation]
-        text = seen + gen.text
+        # The extractors read the text outside the thinking blocks (cube.protocol.thinking): a letter
+        # inside one is a thought, and a prompt that opened a block (R1's template) makes the
+        # generation's start thought too.
+        opened = prompt_opens_thinking(full, markers)
+        split = split_thinking(seen + gen.text, markers, opened)
+        spent = thinking_tokens(gen.token_ids, split, markers, opened)
         # The extractors read the raw text; the record keeps it scrubbed of the item's own text
         # (and of any other item's, given the index), so benchmark text never reaches disk.
         stored = scrub(gen.text, item.question, item.options, index=spec.leakage_index).text
         for scorer in pass_scorers(job.kind, spec.scorers):
             entry = SCORERS[scorer]
-            for name, pred in zip(entry.records, entry.score(text, labels, shown, answer_word)):
+            for name, pred in zip(entry.records, entry.score(split.answer_text, labels, shown, answer_word)):
                 rows.append(_record(spec.model, item, name, key, prompt.gold, None, None, gen, pred,
-                                    dtype=spec.settings.dtype, stored=stored))
+                                    dtype=spec.settings.dtype, stored=stored,
+                                    thinking=thinking_outcome(split, pred is not None, gen.finish_reason),
+                                    thinking_tokens=spent))
     return rows
 
 
@@ -443,6 +455,9 @@ def cell_configs(spec: RunSpec) -> dict[str, dict]:
         if job.kind in ("gen", "cot"):
             config["max_new_tokens"] = spec.max_new_tokens or templates["generation"][
                 "cot_max_new_tokens" if job.kind == "cot" else "answer_only_max_new_tokens"]
+            markers = spec.settings.thinking_markers or DEFAULT_MARKERS
+            if (markers.open, markers.close) != (DEFAULT_MARKERS.open, DEFAULT_MARKERS.close):
+                config["thinking_markers"] = [markers.open, markers.close]  # the default pair: as before the axis
         configs[key] = config
     return configs
 
