@@ -79,7 +79,9 @@ def register(subparsers) -> None:
                    help=f"items per record shard (default {D('shard_size')})")
     p.add_argument("--shard", default="{}/{}".format(*D("shard")),
                    help="K/N: run only chunks with index %% N == K (default 0/1: all)")
-    p.add_argument("--max-new-tokens", type=int, help="generation length (default from templates)")
+    p.add_argument("--max-new-tokens", "--max-gen-tokens", dest="max_new_tokens", type=int,
+                   help="generation length in tokens, a reasoning checkpoint's thinking included: its thinking budget "
+                        "(default from templates; recorded in each generation cell)")
     p.add_argument("--strict-audit", action="store_true",
                    help="fail before the model loads if M1-strict is asked for on a cell the audit calls DEGEN "
                         "(default: a warning, and the run goes on)")
@@ -133,20 +135,25 @@ def print_scores(out: Path, spec) -> None:
     from cube.analysis.rescore import rescore, select
     from cube.records.store import read_records
 
-    from cube.commands.rescore import _share, with_noise_marks
+    from cube.commands.rescore import _share, shows_thinking, thinking_header, thinking_shares, with_noise_marks
 
+    from cube.records.schema import record_names
+
+    # the records' scorer names: M6 and M6-cot write M6-strict and M6-lenient (a run of those showed no table)
     table = select(read_records(out, verify=False, allow_incomplete=True), model=spec.model,
-                   scorer=list(spec.scorers))
+                   scorer=list(record_names(spec.scorers)))
     if table.num_rows == 0:
         return
     result = rescore(with_noise_marks(table, str(out)), level="overall")
-    print(f"{'cell':<58} {'n':>5} {'acc':>6}  {'95% CI':<15} {'tied':>6} {'parse-fail':>10} {'in-noise':>8}")
-    for r in result.rows.to_pylist():
-        if r["aggregation"] != "micro":
-            continue
+    rows = [r for r in result.rows.to_pylist() if r["aggregation"] == "micro"]
+    thinking = shows_thinking(rows)  # a reasoning checkpoint's no-answer shares, where it had some
+    print(f"{'cell':<58} {'n':>5} {'acc':>6}  {'95% CI':<15} {'tied':>6} {'parse-fail':>10} {'in-noise':>8}"
+          + (thinking_header() if thinking else ""))
+    for r in rows:
         cell = f"{r['model']} {r['scorer']} {r['label_set']} {r['context']} {r['shots']}-shot {r['order']}"
         print(f"{cell:<58} {r['n']:>5} {r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] "
-              f"{r['tie_rate']:>6.1%} {r['parse_failure_rate']:>10.1%} {_share(r['within_noise_rate']):>8}")
+              f"{r['tie_rate']:>6.1%} {r['parse_failure_rate']:>10.1%} {_share(r['within_noise_rate']):>8}"
+              + (thinking_shares(r) if thinking else ""))
     for warning in result.warnings:
         print(warning)
 

@@ -34,6 +34,7 @@ ANSWERED = "answered"
 TRUNCATED_IN_THINKING = "truncated_in_thinking"
 NO_ANSWER_AFTER_THINKING = "no_answer_after_thinking"
 THINKING_OUTCOMES = (NO_THINKING, ANSWERED, TRUNCATED_IN_THINKING, NO_ANSWER_AFTER_THINKING)
+THINKING_FAILURES = (TRUNCATED_IN_THINKING, NO_ANSWER_AFTER_THINKING)  # the no-answer outcomes, told apart
 
 # Known (open, close) pairs, the first the default: what reasoning checkpoints write.
 THINKING_PAIRS = (("<think>", "</think>"), ("<thinking>", "</thinking>"), ("<reasoning>", "</reasoning>"))
@@ -165,6 +166,6 @@ def markers_of_card(value, where: str) -> ThinkingMarkers | None:
     return ThinkingMarkers(value[0], value[1], where)
 
 
-__all__ = ["ANSWERED", "DEFAULT_MARKERS", "NO_ANSWER_AFTER_THINKING", "NO_THINKING", "THINKING_OUTCOMES",
+__all__ = ["ANSWERED", "DEFAULT_MARKERS", "NO_ANSWER_AFTER_THINKING", "NO_THINKING", "THINKING_FAILURES", "THINKING_OUTCOMES",
            "THINKING_PAIRS", "TRUNCATED_IN_THINKING", "ThinkingMarkers", "ThinkingSplit", "markers_of_card",
            "markers_of_tokenizer", "prompt_opens_thinking", "split_thinking", "thinking_outcome", "thinking_tokens"]

@@ -105,3 +105,19 @@ def test_another_marker_pair_and_a_bad_card_value():
     assert extract_strict(split.answer_text, LABELS) == 1
     with pytest.raises(ConfigError, match=r"card x: thinking_markers '<think>' must be two non-empty strings"):
         markers_of_card("<think>", "card x")
+
+
+@pytest.mark.registry
+def test_qwen3s_tokenizer_gives_its_markers_ids_and_the_block_is_counted_in_its_tokens(qwen3_tokenizer):
+    """Qwen3 has <think> and </think> as added tokens: their ids are read from the tokenizer, and a
+    generation's block is counted in its own tokens (checked against encoding the block alone)."""
+    from cube.protocol.thinking import markers_of_tokenizer
+
+    markers = markers_of_tokenizer(qwen3_tokenizer, "qwen3")
+    assert (markers.open, markers.close) == ("<think>", "</think>")
+    assert markers.open_ids == (qwen3_tokenizer.token_to_id("<think>"),) and markers.close_ids is not None
+    block, answer = "<think>\n先排除A，答案：B？不对。\n</think>", "\n\n答案：C"
+    ids = qwen3_tokenizer.encode(block + answer, add_special_tokens=False).ids
+    split = split_thinking(qwen3_tokenizer.decode(ids, skip_special_tokens=False), markers)
+    assert extract_strict(split.answer_text, LABELS) == 2
+    assert thinking_tokens(ids, split, markers) == len(qwen3_tokenizer.encode(block, add_special_tokens=False).ids)
