@@ -63,6 +63,10 @@ def register(subparsers) -> None:
                    default=",".join(D("chat_templates")),
                    help="none (the plain prompt, default) and/or model: the prompt as the user turn of the "
                         "checkpoint's own chat template, the answer cue opening the assistant turn (a cell axis)")
+    p.add_argument("--thinking", type=comma_list("--thinking"),
+                   help="off and/or on: each --chat-template model cell rendered with the template's enable_thinking "
+                        "False (its empty thinking block before the cue) or True (a cell axis; a reasoning "
+                        "checkpoint whose template takes it, e.g. Qwen3). Log-likelihood scorers need off")
     p.add_argument("--out", type=Path, required=True,
                    help="the records folder (a new one, or the store of a run to resume: the same command resumes it)")
     p.add_argument("--backend", default=D("backend"), choices=list(BACKENDS),

@@ -64,7 +64,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     chat_template = chat_template_of(model, config)  # a checkpoint without one asked for `model`: one line, here
     label_sets = select_label_sets(list(config.label_sets))
     cells = [Cell(ls, ctx, n, order, chat) for ls in label_sets for ctx in config.contexts
-             for n in config.shots for order in config.orders for chat in config.chat_templates]
+             for n in config.shots for order in config.orders for chat in chat_forms(config)]
     subjects = list(config.subjects) if config.subjects is not None else None
     root = bench.root(config.data)
     items = bench.load(root, (config.split,), subjects)
@@ -159,10 +159,25 @@ def thinking_markers_of(model, templates: dict):
 
 def chat_template_of(model, config: RunConfig):
     """The checkpoint's own chat template where a cell asks for it (``--chat-template model``),
-    else None; a checkpoint without one is refused in one line (``ModelSpec.chat_template``)."""
+    else None; a checkpoint without one is refused in one line (``ModelSpec.chat_template``), and so
+    is ``--thinking`` on a template that does not read ``enable_thinking``."""
     from cube.protocol.chat import MODEL_CHAT
 
-    return model.chat_template() if MODEL_CHAT in config.chat_templates else None
+    template = model.chat_template() if MODEL_CHAT in config.chat_templates else None
+    if template is not None and config.thinking is not None and not template.takes_thinking:
+        raise ConfigError(f"--thinking {','.join(config.thinking)}: the chat template from {template.source} does not "
+                          "read enable_thinking, so it renders thinking off and on alike; run without --thinking")
+    return template
+
+
+def chat_forms(config: RunConfig) -> tuple[str, ...]:
+    """The chat forms of a run's cells: ``--chat-template``'s values, ``model`` split by ``--thinking``
+    into ``model+nothink`` and ``model+think`` (cube.protocol.chat)."""
+    from cube.protocol.chat import MODEL_CHAT, chat_form
+
+    modes = config.thinking or (None,)
+    return tuple(form for chat in config.chat_templates
+                 for form in ([chat_form(chat, m) for m in modes] if chat == MODEL_CHAT else [chat]))
 
 
 def audit_cells(model, label_sets, config: RunConfig, chat_template=None, templates: dict | None = None,
@@ -196,7 +211,7 @@ def audit_cells(model, label_sets, config: RunConfig, chat_template=None, templa
         model.backend.echo(texts)
 
     def audit(tokenizer) -> list:
-        return audit_run_cells(tokenizer, model.name, label_sets, contexts, shots, config.chat_templates,
+        return audit_run_cells(tokenizer, model.name, label_sets, contexts, shots, chat_forms(config),
                                chat_template, templates)
 
     cells = audit(model.tokenizer())
@@ -231,5 +246,5 @@ def strict_audit(spec: RunSpec, strict: bool) -> None:
                                                                 if len(warnings) > 1 else ""))
 
 
-__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "chat_template_of", "thinking_markers_of", "check_contexts", "degenerate_warnings",
+__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "chat_template_of", "thinking_markers_of", "chat_forms", "check_contexts", "degenerate_warnings",
            "model_of", "served_settings", "strict_audit"]

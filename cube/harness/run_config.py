@@ -26,12 +26,12 @@ from cube.errors import ConfigError
 # The options a logged command spells out, in the order it spells them: all but ``data`` and
 # ``device``, which name this machine (``device`` is still logged, in the cell configurations).
 COMMAND_FIELDS = ("model", "benchmark", "card", "split", "sample", "within", "seed", "subjects", "label_sets", "scorers",
-                  "shots", "contexts", "orders", "chat_templates", "backend", "dtype", "batch_size", "shard_size", "shard",
+                  "shots", "contexts", "orders", "chat_templates", "thinking", "backend", "dtype", "batch_size", "shard_size", "shard",
                   "max_new_tokens", "out")
-LIST_FIELDS = ("subjects", "label_sets", "scorers", "shots", "contexts", "orders", "chat_templates")
+LIST_FIELDS = ("subjects", "label_sets", "scorers", "shots", "contexts", "orders", "chat_templates", "thinking")
 # Spelt out in a logged command only where they are not the default, so that a run without them
 # logs the command it logged before they existed.
-COMMAND_IF_SET = ("chat_templates",)
+COMMAND_IF_SET = ("chat_templates", "thinking")
 POSITIVE_FIELDS = ("sample", "within", "max_new_tokens", "batch_size", "shard_size", "concurrency")
 # The options of a model behind a server (``--backend openai``, cube.harness.backends.served); the
 # API key is read from the environment variable ``api_key_env`` names, never given as an option.
@@ -63,6 +63,9 @@ class RunConfig:
     contexts: tuple[str, ...] | None = None
     orders: tuple[str, ...] = ("original",)
     chat_templates: tuple[str, ...] = ("none",)  # cube.protocol.chat: none (plain text) and/or model
+    # cube.protocol.chat.THINKING_MODES: each `model` cell rendered with enable_thinking off and/or on;
+    # None: the template's default (a cell axis only where given)
+    thinking: tuple[str, ...] | None = None
     backend: str = "hf"
     dtype: str = "auto"
     batch_size: int = 16
@@ -105,6 +108,16 @@ class RunConfig:
         unknown = [s for s in self.scorers if s not in known]
         if unknown:
             raise ConfigError(f"unknown scorer {unknown[0]!r}; known: {', '.join(known)}")
+        if self.thinking is not None:
+            from cube.protocol.chat import check_thinking
+            from cube.protocol.scorers import SCORERS
+
+            check_thinking(self.thinking, self.chat_templates)
+            scored = [s for s in self.scorers if SCORERS[s].reads != "generation"]
+            if "on" in self.thinking and scored:
+                raise ConfigError(f"--thinking on with scorer {scored[0]}: a log-likelihood scorer would score the "
+                                  "label mid-thought, in the turn the template opened for thinking; score it with "
+                                  "--thinking off (after the template's empty thinking block), or generate (M6, M6-cot)")
         k, n = self.shard
         if not (n >= 1 and 0 <= k < n):
             raise ConfigError(f"--shard {k}/{n}: need 0 <= K < N")

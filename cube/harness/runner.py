@@ -37,7 +37,7 @@ from cube.errors import ConfigError, RecordsError
 from cube.harness.backends.base import Backend, ContinuationLogprobs, GenerationResult, ScoreRequest
 from cube.harness.run_config import RunConfig, RunSettings
 from cube.harness.threads import thread_log
-from cube.protocol.chat import MODEL_CHAT, NO_CHAT, record_context
+from cube.protocol.chat import MODEL_CHAT, NO_CHAT, record_context, thinking_of
 from cube.protocol.scorers import PASSES, SCORERS, ContinuationScores, ScoreResult, pass_scorers
 from cube.protocol.items import Item
 from cube.protocol.prompts import Cell, cloze_prompt, judgement_prompts, render_prompt
@@ -209,13 +209,14 @@ class ScoringWork:
 
 
 def chat_template(spec: RunSpec, chat: str):
-    """The model's chat template where ``chat`` is 'model' (None for a plain prompt); a spec
-    without one is refused (``cube.harness.build`` reads it before any model loads)."""
+    """The model's chat template where ``chat`` is a chat form ('model', or with its thinking mode:
+    'model+nothink' renders enable_thinking=False), None for a plain prompt; a spec without one is
+    refused (``cube.harness.build`` reads it before any model loads)."""
     if chat == NO_CHAT:
         return None
     if spec.settings.chat_template is None:
         raise ConfigError(f"a chat cell of {spec.model} needs the model's chat template (RunSettings.chat_template)")
-    return spec.settings.chat_template
+    return spec.settings.chat_template.with_thinking(thinking_of(chat))
 
 
 def label_work(spec: RunSpec, job: Job) -> ScoringWork:
@@ -439,11 +440,13 @@ def cell_configs(spec: RunSpec) -> dict[str, dict]:
         if key in configs:
             continue
         config = dict(base, kind=job.kind, scorers=[s for s in KIND_SCORERS[job.kind] if s in spec.scorers])
-        if job.chat_form == MODEL_CHAT:  # a plain cell records what it recorded before the axis existed
-            template = chat_template(spec, MODEL_CHAT)
+        if job.chat_form != NO_CHAT:  # a plain cell records what it recorded before the axis existed
+            template = chat_template(spec, job.chat_form)
             # the template by its digest (where it was read is the run log's: a copied folder is the same model)
             config.update(chat_template=MODEL_CHAT, chat_template_sha256=template.sha256,
                           chat_template_bos_added=template.bos_added)
+            if template.thinking is not None:  # --thinking: enable_thinking as rendered (a `model` cell: as before)
+                config["thinking"] = template.thinking
         if job.cell is not None:
             cell = job.cell
             config.update(label_set=cell.label_set.name, labels=_digest(list(cell.label_set.labels)),
