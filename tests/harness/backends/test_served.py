@@ -284,6 +284,12 @@ def test_a_thinking_checkpoint_is_read_after_its_block_end_to_end(demo_tokenizer
     assert (overall["n_truncated_in_thinking"], overall["n_no_answer_after_thinking"]) == (cut, closed)
     assert overall["truncated_in_thinking_rate"] == cut / 8
     assert overall["n_parse_failed"] == cut + closed  # they are no-answer records, of which these say why
+    # `cube rescore` (which reads the essential columns only) shows the same shares beside parse failures
+    assert main(["rescore", str(out)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[1].split()[-2:] == ["cut-think", "no-ans-think"]
+    micro = next(line for line in table if " micro " in line)
+    assert micro.split()[-2:] == [f"{cut / 8:.1%}", f"{closed / 8:.1%}"]
 
     # a budget too small: every thinking generation cut, one warning naming the option to raise
     with serve(FakeState(demo_tokenizer, scripts=THINKING_SCRIPTS[1:2])) as url:
