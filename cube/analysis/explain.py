@@ -15,8 +15,10 @@ so the factors sum to the gap exactly. The outcome classes are linear in a fixed
 aggregation, so their order does not matter among themselves; the three stages' order does,
 and every factor's spread over the 6 orders is reported as its order effect.
 
-An item's cause is read off its two records, in this order: a parse failure on either side
-(generation); a tie that decided it (the top score shared with the gold option: in a cell the
+An item's cause is read off its two records, in this order: a reasoning checkpoint's generation on
+either side that gave no answer because of its thinking block (``thinking``: cut by the token
+budget inside the block, or closed without an answer after it; ``cube.protocol.thinking``); a
+parse failure on either side (generation); a tie that decided it (the top score shared with the gold option: in a cell the
 audit calls degenerate, the tie-break answers every item); else the protocol difference between
 the slices (:mod:`cube.analysis.explain_protocol`): the model, the prompt's bytes (the full text
 with placeholders, shots and option order), the label's tokenization (the same text split or
@@ -53,6 +55,7 @@ from cube.analysis.stats import clustered_bootstrap_ci, mcnemar_exact
 from cube.errors import ConfigError
 from cube.importers.contract import ScoringProtocol, chat_kind
 from cube.protocol.chat import NO_CHAT
+from cube.protocol.thinking import THINKING_FAILURES, THINKING_OUTCOMES
 from cube.records.store import list_matrix
 
 STAGES = ("sample", "aggregation", "outcomes")
@@ -64,7 +67,7 @@ OPTIONAL_FACTORS = ("precision", "chat_template", "exemplars")
 # options): neither a difference nor an unknown.
 NOT_APPLICABLE = "not applicable"
 NO_LABEL_TOKENS = "not applicable (e.g. a generation scores no label tokens)"
-FACTORS = ("sample", "aggregation", "parse_failure", "tie_break", "precision_noise", *PROTOCOL_FACTORS,
+FACTORS = ("sample", "aggregation", "thinking", "parse_failure", "tie_break", "precision_noise", *PROTOCOL_FACTORS,
            "remainder")
 NOT_IDENTIFIABLE = "not identifiable from these records"
 # The status of a factor one side recorded nothing of (a server's chat template, an import's
@@ -266,6 +269,23 @@ def _same_generation(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray) -
     return np.array([x is not None and x == y for x, y in zip(text_a, text_b)], dtype=bool)
 
 
+def _thinking_failed(table: pa.Table, rows: np.ndarray) -> np.ndarray:
+    """Per row: a generation that gave no answer because of its thinking block (False where the
+    records do not say: scored records, and generations written before schema 3)."""
+    if "thinking" not in table.column_names:
+        return np.zeros(len(rows), dtype=bool)
+    values = np.asarray(table.column("thinking").to_pylist(), dtype=object)[rows]
+    return np.isin(values, list(THINKING_FAILURES))
+
+
+def _thinking_detail(side: Side) -> str:
+    """One side's thinking outcomes, counted over its records; 'not recorded' where it does not say."""
+    if "thinking" not in side.table.column_names or side.table.column("thinking").null_count == side.table.num_rows:
+        return "not recorded"
+    values = side.table.column("thinking").to_pylist()
+    return ", ".join(f"{o} {values.count(o)}" for o in THINKING_OUTCOMES if values.count(o)) or "not recorded"
+
+
 def _decides(protocol: ScoringProtocol) -> str:
     return (f" (decides every item as {protocol.decides_as}, by its store's audit)"
             if protocol.decides_as else "")
@@ -294,6 +314,9 @@ def _classes(a: Side, b: Side, rows_a: np.ndarray, rows_b: np.ndarray, discordan
     one_text = discordant & _same_generation(a, b, rows_a, rows_b)
     cause[one_text] = "extractor"
     rest = discordant & ~one_text
+    thought = rest & (_thinking_failed(a.table, rows_a) | _thinking_failed(b.table, rows_b))
+    cause[thought] = "thinking"
+    rest &= ~thought
     failed = rest & (a.table.column("parse_failed").to_numpy()[rows_a] | b.table.column("parse_failed").to_numpy()[rows_b])
     cause[failed] = "parse_failure"
     rest &= ~failed
@@ -438,6 +461,8 @@ def explain(a: Side, b: Side, B: int = 10_000, seed: int = 0) -> Explanation:
                                f"{side} precision not recorded" for side, d in (("A", a.dtype), ("B", b.dtype)))
             if status == "no difference" and not {a.dtype, b.dtype} <= set(DECISION_NOISE):
                 status = UNKNOWN  # a side's close decisions cannot be told: not "no difference"
+        elif name == "thinking":
+            detail = f"A {_thinking_detail(a)}; B {_thinking_detail(b)}"
         elif name == "tie_break":
             detail = (f"audit: A {a.protocol.audit_verdict or 'not audited'}, "
                       f"B {b.protocol.audit_verdict or 'not audited'}")

@@ -123,22 +123,23 @@ def describe(manifest: Mapping[str, Any], cell: Mapping[str, Any],
 
 
 def _chat_template(cell: Mapping[str, Any], digest: str | None) -> str:
-    """A cube cell's chat form: ``none``, or ``model`` with the digest of the template its store
-    recorded (``_chat_sha256``)."""
-    from cube.protocol.chat import MODEL_CHAT, split_context
+    """A cube cell's chat form: ``none``, or ``model`` (``model+nothink``/``model+think`` under
+    ``--thinking``: a thinking on/off gap shows as this dimension) with the digest of the template its
+    store recorded (``_chat_sha256``)."""
+    from cube.protocol.chat import NO_CHAT, split_context
 
     chat = split_context(str(cell["context"]))[1]
-    if chat != MODEL_CHAT:
+    if chat == NO_CHAT:
         return chat
-    return f"{MODEL_CHAT} (template sha256 {digest[:12]}...)" if digest else MODEL_CHAT
+    return f"{chat} (template sha256 {digest[:12]}...)" if digest else chat
 
 
 def _chat_sha256(manifest: Mapping[str, Any], cell: Mapping[str, Any]) -> str | None:
     """The digest of the chat template the store recorded for the model's chat cells
     (``cube.harness.runner.cell_configs``), where they record one; None for a plain cell."""
-    from cube.protocol.chat import MODEL_CHAT, split_context
+    from cube.protocol.chat import MODEL_CHAT, NO_CHAT, split_context
 
-    if split_context(str(cell["context"]))[1] != MODEL_CHAT:
+    if split_context(str(cell["context"]))[1] == NO_CHAT:
         return None
     digests = {c.get("chat_template_sha256") for k, c in (manifest.get("cells") or {}).items()
                if k.startswith(f"{cell['model']}/") and c.get("chat_template") == MODEL_CHAT}

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
-from cube.protocol.chat import NO_CHAT, record_context
+from cube.protocol.chat import NO_CHAT, chat_form, record_context
 from cube.records.schema import GENERATION_RECORD_SCORERS
 from cube.records.store import list_matrix
 
@@ -60,7 +60,8 @@ def cell_dtypes(manifest: Mapping) -> dict[tuple, str]:
         label_set, context = _KIND_DEFAULTS.get(cell.get("kind"), ("-", "-"))
         for scorer in cell.get("scorers") or ():
             # a chat cell's records carry its context marked (zh_cue@chat, cloze@chat; cube.protocol.chat)
-            shown = record_context(cell.get("context") or context, cell.get("chat_template") or NO_CHAT)
+            shown = record_context(cell.get("context") or context,
+                                   chat_form(cell.get("chat_template") or NO_CHAT, cell.get("thinking")))
             key = (cell.get("model"), scorer, cell.get("label_set") or label_set, shown,
                    int(cell.get("shots") or 0), cell.get("order") or "original")
             out[key] = str(cell.get("dtype"))

@@ -57,7 +57,10 @@ from cube.analysis.stats import (
 from cube.errors import ConfigError, PrecisionMismatch, RecordsError
 from cube.protocol.benchmarks import taxonomy_of as registry_taxonomy
 from cube.protocol.taxonomy import Taxonomy, load_taxonomy
+from cube.protocol.thinking import THINKING_FAILURES, TRUNCATED_IN_THINKING
 from cube.records.schema import GENERATION_RECORD_SCORERS
+
+THINKING_TRUNCATION_WARNING = 0.5  # "most generations cut while thinking": one warning per cell above it
 from cube.records.store import column_codes, group_ids, list_matrix
 from cube.records.degeneracy import PARSE_FAILURE_WARNING, TIE_WARNING
 
@@ -102,6 +105,9 @@ RESULT_COLUMNS = (
     *CELL_COLUMNS, "level", "group", "aggregation", "n_subjects", "n", "n_correct",
     "n_parse_failed", "accuracy", "ci_lo", "ci_hi", "parse_failure_rate", "n_tied", "tie_rate",
     "n_within_noise", "within_noise_rate", "chance", "p_above_chance",
+    # generations of reasoning checkpoints (issue 49): no-answer records by why, a part of n_parse_failed;
+    # None where the records do not say (scored records, and generations before schema 3)
+    *(f"n_{o}" for o in THINKING_FAILURES), *(f"{o}_rate" for o in THINKING_FAILURES),
 )
 
 
@@ -123,6 +129,8 @@ class SubjectCounts:
     # so a slice of mixed option counts has chance mean(1/N) (``cube.analysis.chance``) and its
     # exact test against chance is the Poisson-binomial (``above_chance_p_per_item``)
     n_by_options: np.ndarray | None = None
+    # thinking outcome -> per (cell, subject) count of THINKING_FAILURES, float: NaN where not recorded
+    n_thinking: dict[str, np.ndarray] | None = None
 
 
 def chance_and_p(by_options: np.ndarray, n_correct: np.ndarray) -> tuple[np.ndarray, list[float | None]]:
@@ -145,6 +153,20 @@ def chance_and_p(by_options: np.ndarray, n_correct: np.ndarray) -> tuple[np.ndar
         else:
             p_values.append(above_chance_p_per_item(int(k), np.repeat(inverse, counts)))
     return chance, p_values
+
+
+def _thinking_counts(table: pa.Table, ids: np.ndarray, size: int) -> dict[str, np.ndarray] | None:
+    """Per group, the records of each thinking failure (``cube.protocol.thinking``); a group with a
+    record that does not say (null: a scored record, or a generation before schema 3) is NaN."""
+    if "thinking" not in table.column_names:
+        return None
+    values = table.column("thinking").to_numpy(zero_copy_only=False)
+    unknown = np.array([v is None for v in values], dtype=bool)
+    out = {}
+    for outcome in THINKING_FAILURES:
+        weights = np.where(unknown, np.nan, (values == outcome).astype(np.float64))
+        out[outcome] = np.bincount(ids, weights=weights, minlength=size)
+    return out
 
 
 def subject_counts(table: pa.Table) -> SubjectCounts:
@@ -172,7 +194,8 @@ def subject_counts(table: pa.Table) -> SubjectCounts:
     cell_of_key: dict[tuple, int] = {}
     cell = np.array([cell_of_key.setdefault(k[:-1], len(cell_of_key)) for k in keys], np.int64)
     return SubjectCounts(
-        list(cell_of_key), cell, [k[-1] for k in keys], n, correct, failed, tied, within, by_options
+        list(cell_of_key), cell, [k[-1] for k in keys], n, correct, failed, tied, within, by_options,
+        _thinking_counts(table, ids, len(keys)),
     )
 
 
@@ -193,6 +216,7 @@ def _rows(
     within: np.ndarray | None = None,
     chance: np.ndarray | None = None,
     p_above_chance: list[float | None] | None = None,
+    thinking: dict[str, np.ndarray] | None = None,
 ) -> dict[str, list]:
     cell_keys = [counts.cells[int(c)] for c in cell]
     out: dict[str, list] = {
@@ -211,6 +235,10 @@ def _rows(
         chance=[None] * len(cell) if chance is None else chance.tolist(),
         p_above_chance=p_above_chance if p_above_chance is not None else [None] * len(cell),
     )
+    for outcome in THINKING_FAILURES:
+        counted = thinking[outcome] if thinking is not None else np.full(len(n), np.nan)
+        out[f"n_{outcome}"] = [None if np.isnan(c) else int(c) for c in counted]
+        out[f"{outcome}_rate"] = [None if np.isnan(c) else float(c / m) for c, m in zip(counted, n)]
     return out
 
 
@@ -220,6 +248,7 @@ def _subject_level(counts: SubjectCounts, level: float) -> dict[str, list]:
         counts, counts.cell, "subject", counts.subject, "pooled", np.ones_like(counts.n),
         counts.n, counts.n_correct, counts.n_parse_failed, counts.n_correct / counts.n, lo, hi,
         counts.n_tied, counts.n_within_noise, *chance_and_p(counts.n_by_options, counts.n_correct),
+        thinking=counts.n_thinking,
     )
 
 
@@ -244,13 +273,14 @@ def _aggregate(
     n, k, failed = total(counts.n), total(counts.n_correct), total(counts.n_parse_failed)
     tied = total(counts.n_tied).astype(np.int64)
     within = None if counts.n_within_noise is None else total(counts.n_within_noise)
+    thinking = None if counts.n_thinking is None else {o: total(v) for o, v in counts.n_thinking.items()}
     subjects = np.bincount(inverse, minlength=size)
     lo, hi = wilson_interval(k, n, level)
     by_options = np.stack([np.bincount(inverse, weights=column[member_row].astype(np.float64), minlength=size)
                            for column in counts.n_by_options.T], axis=1)
     micro = _rows(counts, cell, level_name, group, "micro", subjects, n.astype(np.int64),
                   k.astype(np.int64), failed.astype(np.int64), k / n, lo, hi, tied, within,
-                  *chance_and_p(by_options, k))
+                  *chance_and_p(by_options, k), thinking=thinking)
     subject_chance, _ = chance_and_p(counts.n_by_options, counts.n_correct)
     macro_chance = np.bincount(inverse, weights=subject_chance[member_row], minlength=size) / subjects
 
@@ -260,7 +290,7 @@ def _aggregate(
     macro_lo, macro_hi = stratified_wilson_interval(mean, subjects**2 / inverse_n, level)
     macro = _rows(counts, cell, level_name, group, "macro", subjects, n.astype(np.int64),
                   k.astype(np.int64), failed.astype(np.int64), mean, macro_lo, macro_hi, tied, within,
-                  macro_chance)  # a mean of subjects' rates: the chance it is held to is theirs, averaged
+                  macro_chance, thinking=thinking)  # a mean of subjects' rates: the chance it is held to is theirs, averaged
     return [micro, macro]
 
 
@@ -305,6 +335,9 @@ def _concat(parts: list[dict[str, list]], named_groups: frozenset[str] = frozens
     columns["within_noise_rate"] = pa.array(columns["within_noise_rate"], type=pa.float64())
     for name in ("chance", "p_above_chance"):
         columns[name] = pa.array(columns[name], type=pa.float64())
+    for outcome in THINKING_FAILURES:
+        columns[f"n_{outcome}"] = pa.array(columns[f"n_{outcome}"], type=pa.int64())
+        columns[f"{outcome}_rate"] = pa.array(columns[f"{outcome}_rate"], type=pa.float64())
     named = [g in named_groups for g in columns["group"]]
     table = pa.table({**columns, "_named": named})
     order = [(c, "ascending") for c in (*CELL_COLUMNS, "_named", "group", "aggregation")]
@@ -339,6 +372,26 @@ def parse_failure_warnings(
                 f"exceed {threshold:.0%} in {cell}; these are counted as not correct and "
                 "reported separately"
             )
+    return warnings
+
+
+def thinking_warnings(counts: SubjectCounts, threshold: float = THINKING_TRUNCATION_WARNING) -> list[str]:
+    """One warning per generation cell where most generations (more than ``threshold``) ran out of
+    tokens inside their thinking block: the budget measured, not the model, until it is raised."""
+    if counts.n_thinking is None:
+        return []
+    n = np.bincount(counts.cell, weights=counts.n, minlength=len(counts.cells))
+    cut = np.bincount(counts.cell, weights=counts.n_thinking[TRUNCATED_IN_THINKING], minlength=len(counts.cells))
+    warnings = []
+    for index, key in enumerate(counts.cells):
+        if np.isnan(cut[index]) or cut[index] / n[index] <= threshold:
+            continue
+        cell = ", ".join(f"{name}={value}" for name, value in zip(CELL_COLUMNS, key))
+        warnings.append(
+            f"WARNING: {cut[index] / n[index]:.1%} ({int(cut[index])}/{int(n[index])}) of the generations in {cell} "
+            "ran out of tokens inside their thinking block (truncated_in_thinking); raise the thinking budget "
+            "(cube run --max-gen-tokens; the cell's max_new_tokens in its store's manifest)"
+        )
     return warnings
 
 
@@ -409,7 +462,8 @@ def rescore(
         rows = np.arange(len(counts.subject), dtype=np.int64)
         parts = _aggregate(counts, rows, ["all"] * len(rows), "overall", confidence)
     return Rescored(_concat(parts, named),
-                    parse_failure_warnings(counts) + tie_warnings(counts) + noise_warnings(counts))
+                    parse_failure_warnings(counts) + thinking_warnings(counts) + tie_warnings(counts)
+                    + noise_warnings(counts))
 
 
 def calibration(

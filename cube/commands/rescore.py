@@ -23,6 +23,7 @@ from pathlib import Path
 
 from cube.commands.extras import declare
 from cube.commands.options import comma_list, parse_comma_list
+from cube.protocol.thinking import THINKING_FAILURES
 
 SLICE_OPTIONS = (
     ("model", "--model"), ("scorer", "--scorer"), ("label_set", "--label-set"),
@@ -149,19 +150,36 @@ def _cell_title(row: dict) -> str:
             f"{row['shots']}-shot | {row['order']} ({row['benchmark']})")
 
 
+def shows_thinking(rows: list[dict]) -> bool:
+    """Whether any row counts a generation that gave no answer because of its thinking block: the
+    table then shows those shares (issue 49) beside parse failures, of which they are a part."""
+    return any(r.get(f"n_{o}") for r in rows for o in THINKING_FAILURES)
+
+
+def thinking_header() -> str:
+    return f" {'cut-think':>9} {'no-ans-think':>12}"
+
+
+def thinking_shares(r: dict) -> str:
+    return f" {_share(r.get(f'{THINKING_FAILURES[0]}_rate')):>9} {_share(r.get(f'{THINKING_FAILURES[1]}_rate')):>12}"
+
+
 def format_rows(rows: list[dict]) -> str:
     lines, title = [], None
     width = max([len(str(r["group"])) for r in rows] + [5])
+    thinking = shows_thinking(rows)
     for r in rows:
         if _cell_title(r) != title:
             title = _cell_title(r)
             lines.append(title)
             lines.append(f"{'group':<{width}}  {'level':<8} {'agg':<6} {'n':>6} {'acc':>6}  "
-                         f"{'95% CI':<15} {'chance':>6} {'parse-fail':>10} {'tied':>6} {'in-noise':>8}")
+                         f"{'95% CI':<15} {'chance':>6} {'parse-fail':>10} {'tied':>6} {'in-noise':>8}"
+                         + (thinking_header() if thinking else ""))
         lines.append(
             f"{r['group']:<{width}}  {r['level']:<8} {r['aggregation']:<6} {r['n']:>6} "
             f"{r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] {_rate(r.get('chance')):>6} "
             f"{r['parse_failure_rate']:>10.1%} {r['tie_rate']:>6.1%} {_share(r.get('within_noise_rate')):>8}"
+            + (thinking_shares(r) if thinking else "")
         )
     return "\n".join(lines)
 

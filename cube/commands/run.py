@@ -69,6 +69,10 @@ def register(subparsers) -> None:
                    default=",".join(D("chat_templates")),
                    help="none (the plain prompt, default) and/or model: the prompt as the user turn of the "
                         "checkpoint's own chat template, the answer cue opening the assistant turn (a cell axis)")
+    p.add_argument("--thinking", type=comma_list("--thinking"),
+                   help="off and/or on: each --chat-template model cell rendered with the template's enable_thinking "
+                        "False (its empty thinking block before the cue) or True (a cell axis; a reasoning "
+                        "checkpoint whose template takes it, e.g. Qwen3). Log-likelihood scorers need off")
     p.add_argument("--out", type=Path, required=True,
                    help="the records folder (a new one, or the store of a run to resume: the same command resumes it)")
     p.add_argument("--backend", default=D("backend"), choices=list(BACKENDS),
@@ -85,7 +89,9 @@ def register(subparsers) -> None:
                    help=f"items per record shard (default {D('shard_size')})")
     p.add_argument("--shard", default="{}/{}".format(*D("shard")),
                    help="K/N: run only chunks with index %% N == K (default 0/1: all)")
-    p.add_argument("--max-new-tokens", type=int, help="generation length (default from templates)")
+    p.add_argument("--max-new-tokens", "--max-gen-tokens", dest="max_new_tokens", type=int,
+                   help="generation length in tokens, a reasoning checkpoint's thinking included: its thinking budget "
+                        "(default from templates; recorded in each generation cell)")
     p.add_argument("--strict-audit", action="store_true",
                    help="fail before the model loads if M1-strict is asked for on a cell the audit calls DEGEN "
                         "(default: a warning, and the run goes on)")
@@ -165,25 +171,28 @@ def print_scores(out: Path, spec) -> None:
     M6-lenient): they were left out, selected by the scorer's name. The cell column is as wide as
     its longest cell."""
     from cube.analysis.rescore import rescore, select
-    from cube.protocol.scorers import SCORERS
     from cube.records.store import read_records
 
-    from cube.commands.rescore import COLUMNS_MEAN, _rate, _share, with_noise_marks
+    from cube.commands.rescore import (COLUMNS_MEAN, _rate, _share, shows_thinking, thinking_header, thinking_shares,
+                                       with_noise_marks)
+    from cube.records.schema import record_names
 
-    recorded = list(dict.fromkeys(name for scorer in spec.scorers for name in SCORERS[scorer].records))
-    table = select(read_records(out, verify=False, allow_incomplete=True), model=spec.model, scorer=recorded)
+    # the records' scorer names: M6 and M6-cot write M6-strict and M6-lenient (a run of those showed no table)
+    table = select(read_records(out, verify=False, allow_incomplete=True), model=spec.model,
+                   scorer=list(record_names(spec.scorers)))
     if table.num_rows == 0:
         return
     result = rescore(with_noise_marks(table, str(out)), level="overall")
     rows = [r for r in result.rows.to_pylist() if r["aggregation"] == "micro"]
     cells = [f"{r['model']} {r['scorer']} {r['label_set']} {r['context']} {r['shots']}-shot {r['order']}" for r in rows]
     width = max(len("cell"), *map(len, cells))
+    thinking = shows_thinking(rows)  # a reasoning checkpoint's no-answer shares, where it had some
     print(f"{'cell':<{width}} {'n':>5} {'acc':>6}  {'95% CI':<15} {'chance':>6} {'tied':>6} {'parse-fail':>10} "
-          f"{'in-noise':>8}")
+          f"{'in-noise':>8}" + (thinking_header() if thinking else ""))
     for cell, r in zip(cells, rows):
         print(f"{cell:<{width}} {r['n']:>5} {r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] "
               f"{_rate(r['chance']):>6} {r['tie_rate']:>6.1%} {r['parse_failure_rate']:>10.1%} "
-              f"{_share(r['within_noise_rate']):>8}")
+              f"{_share(r['within_noise_rate']):>8}" + (thinking_shares(r) if thinking else ""))
     for warning in result.warnings:
         print(warning)
     print(COLUMNS_MEAN)

@@ -66,7 +66,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
     def cells_of(names) -> tuple[list, list]:
         label_sets = select_label_sets(list(names))
         return label_sets, [Cell(ls, ctx, n, order, chat) for ls in label_sets for ctx in config.contexts
-                            for n in config.shots for order in config.orders for chat in config.chat_templates]
+                            for n in config.shots for order in config.orders for chat in chat_forms(config)]
 
     # a named set's typo or a bad order is an argument error: before the data (the default sets,
     # which the items decide, are checked here as the study's and chosen once the items are read)
@@ -114,6 +114,7 @@ def build_spec(config: RunConfig, model=None) -> RunSpec:
             audit=tuple(audit_cells(model, label_sets, config, chat_template, templates,
                                     max(len(i.options) for i in items))),
             chat_template=chat_template, notes=tuple(notes), **served_settings(model),
+            thinking_markers=thinking_markers_of(model, templates) if index is not None else None,
         ),
     )
     preflight(spec)  # every prompt the run will build: shots, orders, label sets, names
@@ -158,12 +159,51 @@ def served_settings(model) -> dict:
             "audit_checked_against": model.local.described if model.local is not None else None}
 
 
+def thinking_markers_of(model, templates: dict):
+    """Where a generation's thinking block ends (``cube.protocol.thinking``): the templates'
+    ``generation.thinking_markers`` where they name a pair (a config folder's override), else the
+    pair the model's tokenizer has among its added tokens, with their ids (a served model: its local
+    tokenizer's, where cube has one), else the default ``<think>``/``</think>`` without ids."""
+    from cube.protocol.thinking import DEFAULT_MARKERS, markers_of_card, markers_of_tokenizer
+
+    named = markers_of_card((templates.get("generation") or {}).get("thinking_markers"), "templates generation")
+    tokenizer = None
+    if getattr(model, "kind", None) == "server":
+        local = getattr(model, "local", None)
+        tokenizer = local.tokenizer() if local is not None else None
+    else:
+        tokenizer = model.tokenizer()
+    if tokenizer is None or not hasattr(tokenizer, "token_to_id"):
+        return named or DEFAULT_MARKERS
+    found = markers_of_tokenizer(tokenizer, model.name)
+    if named is None:
+        return found
+    ids = {m: tokenizer.token_to_id(m) for m in (named.open, named.close)}
+    return replace(named, open_ids=(ids[named.open],) if ids[named.open] is not None else None,
+                   close_ids=(ids[named.close],) if ids[named.close] is not None else None)
+
+
 def chat_template_of(model, config: RunConfig):
     """The checkpoint's own chat template where a cell asks for it (``--chat-template model``),
-    else None; a checkpoint without one is refused in one line (``ModelSpec.chat_template``)."""
+    else None; a checkpoint without one is refused in one line (``ModelSpec.chat_template``), and so
+    is ``--thinking`` on a template that does not read ``enable_thinking``."""
     from cube.protocol.chat import MODEL_CHAT
 
-    return model.chat_template() if MODEL_CHAT in config.chat_templates else None
+    template = model.chat_template() if MODEL_CHAT in config.chat_templates else None
+    if template is not None and config.thinking is not None and not template.takes_thinking:
+        raise ConfigError(f"--thinking {','.join(config.thinking)}: the chat template from {template.source} does not "
+                          "read enable_thinking, so it renders thinking off and on alike; run without --thinking")
+    return template
+
+
+def chat_forms(config: RunConfig) -> tuple[str, ...]:
+    """The chat forms of a run's cells: ``--chat-template``'s values, ``model`` split by ``--thinking``
+    into ``model+nothink`` and ``model+think`` (cube.protocol.chat)."""
+    from cube.protocol.chat import MODEL_CHAT, chat_form
+
+    modes = config.thinking or (None,)
+    return tuple(form for chat in config.chat_templates
+                 for form in ([chat_form(chat, m) for m in modes] if chat == MODEL_CHAT else [chat]))
 
 
 def audit_cells(model, label_sets, config: RunConfig, chat_template=None, templates: dict | None = None,
@@ -197,7 +237,7 @@ def audit_cells(model, label_sets, config: RunConfig, chat_template=None, templa
         model.backend.echo(texts)
 
     def audit(tokenizer) -> list:
-        return audit_run_cells(tokenizer, model.name, label_sets, contexts, shots, config.chat_templates,
+        return audit_run_cells(tokenizer, model.name, label_sets, contexts, shots, chat_forms(config),
                                chat_template, templates)
 
     cells = audit(model.tokenizer())
@@ -232,5 +272,6 @@ def strict_audit(spec: RunSpec, strict: bool) -> None:
                                                                 if len(warnings) > 1 else ""))
 
 
-__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "chat_template_of", "check_contexts", "degenerate_warnings",
-           "model_of", "served_precision_of", "served_settings", "strict_audit"]
+__all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "chat_forms", "chat_template_of", "check_contexts",
+           "degenerate_warnings", "model_of", "served_precision_of", "served_settings", "strict_audit",
+           "thinking_markers_of"]

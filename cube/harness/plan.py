@@ -221,12 +221,17 @@ def _units(spec) -> list:
 
 def _unit_args(config: RunConfig, unit, shard: tuple[int, int], out: str) -> tuple[str, ...]:
     """The `cube run` arguments of one job: the run's own, narrowed to the unit's cells and scorers."""
+    from cube.protocol.chat import NO_CHAT, thinking_of
+
     cells = unit.cells
+    modes = tuple(dict.fromkeys(thinking_of(c.chat) for c in cells if c.chat != NO_CHAT))
     job = replace(config, label_sets=tuple(dict.fromkeys(c.label_set.name for c in cells)),
                   contexts=tuple(dict.fromkeys(c.context for c in cells)),
                   shots=tuple(dict.fromkeys(c.shots for c in cells)),
                   orders=tuple(dict.fromkeys(c.order for c in cells)),
-                  chat_templates=tuple(dict.fromkeys(c.chat for c in cells)),
+                  # a chat form with its thinking mode (model+nothink) is --chat-template model --thinking off
+                  chat_templates=tuple(dict.fromkeys(NO_CHAT if c.chat == NO_CHAT else "model" for c in cells)),
+                  thinking=modes if modes and None not in modes else None,
                   scorers=tuple(unit.scorers), shard=shard, out=Path(out))
     args = shlex.split(job.command_line())[2:]
     if config.data is not None:
@@ -264,10 +269,12 @@ def make_plan(runs: Sequence[RunConfig], items_per_job: int, dry_run: bool = Fal
     sizes: dict = {}
     n_items = 0
     for config in runs:
-        model = config.model
         spec, is_stand_in = _spec_for(config, dry_run, specs)
         if is_stand_in:
-            stood_in.append(model)
+            stood_in.append(config.model)
+        # the store's model folder: the spec's name (a folder model's is its folder's name, not --model's path;
+        # the plan of one failed with a KeyError on its cells)
+        model = spec.model if not is_stand_in else config.model
         n_items = max(n_items, len(spec.items))
         full_configs = cell_configs(spec)
         full_files = {f"{model}/{j.filename}" for j in plan_jobs(replace(spec, shard=(0, 1)))}
@@ -296,7 +303,7 @@ def make_plan(runs: Sequence[RunConfig], items_per_job: int, dry_run: bool = Fal
                     index=index, model=model, args=_unit_args(config, unit, (k, n_jobs), out), out=out,
                     cells=tuple(dict.fromkeys(j.cell_name for j in shard_jobs)), files=files,
                     items=len({i.uid for j in shard_jobs for i in j.items}), config_hash=unit.config_hash(),
-                    resources=job_resources(model, config, sum(files.values()), sizes)))
+                    resources=job_resources(config.model, config, sum(files.values()), sizes)))
         missing = sorted(full_files - set(seen))
         if missing:
             raise ConfigError(f"plan: no job writes {missing[0]} (a bug in the plan's cut; run without a plan)")

@@ -26,12 +26,12 @@ from cube.errors import ConfigError
 # The options a logged command spells out, in the order it spells them: all but ``data`` and
 # ``device``, which name this machine (``device`` is still logged, in the cell configurations).
 COMMAND_FIELDS = ("model", "benchmark", "card", "split", "sample", "within", "seed", "subjects", "label_sets", "scorers",
-                  "shots", "contexts", "orders", "chat_templates", "backend", "dtype", "batch_size", "shard_size", "shard",
+                  "shots", "contexts", "orders", "chat_templates", "thinking", "backend", "dtype", "batch_size", "shard_size", "shard",
                   "max_new_tokens", "out")
-LIST_FIELDS = ("subjects", "label_sets", "scorers", "shots", "contexts", "orders", "chat_templates")
+LIST_FIELDS = ("subjects", "label_sets", "scorers", "shots", "contexts", "orders", "chat_templates", "thinking")
 # Spelt out in a logged command only where they are not the default, so that a run without them
 # logs the command it logged before they existed.
-COMMAND_IF_SET = ("chat_templates",)
+COMMAND_IF_SET = ("chat_templates", "thinking")
 POSITIVE_FIELDS = ("sample", "within", "max_new_tokens", "batch_size", "shard_size", "concurrency")
 # The options of a model behind a server (``--backend openai``, cube.harness.backends.served); the
 # API key is read from the environment variable ``api_key_env`` names, never given as an option.
@@ -65,6 +65,9 @@ class RunConfig:
     contexts: tuple[str, ...] | None = None
     orders: tuple[str, ...] = ("original",)
     chat_templates: tuple[str, ...] = ("none",)  # cube.protocol.chat: none (plain text) and/or model
+    # cube.protocol.chat.THINKING_MODES: each `model` cell rendered with enable_thinking off and/or on;
+    # None: the template's default (a cell axis only where given)
+    thinking: tuple[str, ...] | None = None
     backend: str = "hf"
     dtype: str = "auto"
     batch_size: int = 16
@@ -111,6 +114,16 @@ class RunConfig:
         unknown = [s for s in self.scorers if s not in known]
         if unknown:
             raise ConfigError(f"unknown scorer {unknown[0]!r}; known: {', '.join(known)}")
+        if self.thinking is not None:
+            from cube.protocol.chat import check_thinking
+            from cube.protocol.scorers import SCORERS
+
+            check_thinking(self.thinking, self.chat_templates)
+            scored = [s for s in self.scorers if SCORERS[s].reads != "generation"]
+            if "on" in self.thinking and scored:
+                raise ConfigError(f"--thinking on with scorer {scored[0]}: a log-likelihood scorer would score the "
+                                  "label mid-thought, in the turn the template opened for thinking; score it with "
+                                  "--thinking off (after the template's empty thinking block), or generate (M6, M6-cot)")
         k, n = self.shard
         if not (n >= 1 and 0 <= k < n):
             raise ConfigError(f"--shard {k}/{n}: need 0 <= K < N")
@@ -229,6 +242,9 @@ class RunSettings:
     model_files: tuple[tuple[str, str], ...] | None = None  # each file the load reads -> sha256 (None: demo)
     model_source: str | None = None  # "folder /path", "hub hf:ORG/NAME@REV", "gguf f.gguf", "demo NAME"
     chat_template: Any = None  # cube.protocol.chat.ChatTemplate, read where a cell asks for it (chat cells record it)
+    # cube.protocol.thinking.ThinkingMarkers: where a generation's thinking block ends (None: the default pair,
+    # no token ids); a generation cell records a pair other than the default
+    thinking_markers: Any = None
     device: str | None = None
     dtype: str | None = None
     dtype_reason: str | None = None
@@ -283,6 +299,8 @@ class RunSettings:
             logged["audit"] = [cell.to_log() for cell in self.audit]
         if self.chat_template is not None:
             logged["chat_template"] = self.chat_template.to_log()
+        if self.thinking_markers is not None:
+            logged["thinking_markers"] = self.thinking_markers.to_log()
         for name in ("server_url", "served_model_id", "served_revision", "audit_checked_against"):
             if getattr(self, name) is not None:  # a model loaded here logs what it logged before
                 logged[name] = getattr(self, name)
@@ -294,7 +312,7 @@ class RunSettings:
         ``model_files``, ``model_source`` or ``audit`` (before issue 37) reads them as None/empty,
         and a line without ``config`` gets the one its command says (``RunConfig.from_log``). The
         audit stays in its logged (JSON) form."""
-        names = {f.name for f in fields(cls)} - {"config", "audit", "chat_template", "notes"}
+        names = {f.name for f in fields(cls)} - {"config", "audit", "chat_template", "notes", "thinking_markers"}
         values = {n: entry.get(n) for n in names}
         if isinstance(values["model_files"], Mapping):
             values["model_files"] = tuple(sorted(values["model_files"].items()))

@@ -37,10 +37,12 @@ from cube.errors import ConfigError, RecordsError
 from cube.harness.backends.base import Backend, ContinuationLogprobs, GenerationResult, ScoreRequest
 from cube.harness.run_config import RunConfig, RunSettings
 from cube.harness.threads import thread_log
-from cube.protocol.chat import MODEL_CHAT, NO_CHAT, record_context
+from cube.protocol.chat import MODEL_CHAT, NO_CHAT, record_context, thinking_of
 from cube.protocol.scorers import PASSES, SCORERS, ContinuationScores, ScoreResult, pass_scorers
 from cube.protocol.items import Item
 from cube.protocol.prompts import Cell, cloze_prompt, judgement_prompts, render_prompt
+from cube.protocol.thinking import DEFAULT_MARKERS, prompt_opens_thinking, split_thinking, thinking_outcome, \
+    thinking_tokens
 from cube.records.leakage import LeakageIndex, scrub
 from cube.records.schema import ALL_SCORERS, RUNLOG_NAME, cell_shard_file, record_row
 
@@ -166,15 +168,17 @@ def plan_jobs(spec: RunSpec) -> list[Job]:
 
 def _record(model: str, item: Item, scorer: str, cell_key: tuple, gold: int, result: ScoreResult | None,
             conts: list[ContinuationLogprobs] | None, generation: GenerationResult | None = None,
-            pred: int | None = None, *, dtype: str | None, stored: str | None = None) -> dict:
+            pred: int | None = None, *, dtype: str | None, stored: str | None = None,
+            thinking: str | None = None, thinking_tokens: int | None = None) -> dict:
     """One record (``cube.records.schema.record_row``), with the first token and token count of
     each continuation the scorer read, the precision the model ran in, and for a generation its
-    scrubbed text (``stored``), its length and why it ended."""
+    scrubbed text (``stored``), its length, why it ended and what its thinking block did."""
     return record_row(model, item, scorer, cell_key, gold, result, pred=pred, generation=stored,
                       first_token_ids=[int(c.token_ids[0]) for c in conts] if conts else None,
                       n_tokens=[len(c.token_ids) for c in conts] if conts else None, dtype=dtype,
                       gen_tokens=generation.n_tokens if generation is not None else None,
-                      finish_reason=generation.finish_reason if generation is not None else None)
+                      finish_reason=generation.finish_reason if generation is not None else None,
+                      thinking=thinking, thinking_tokens=thinking_tokens)
 
 
 def _as_scores(conts: list[ContinuationLogprobs], texts: tuple[str, ...],
@@ -205,13 +209,14 @@ class ScoringWork:
 
 
 def chat_template(spec: RunSpec, chat: str):
-    """The model's chat template where ``chat`` is 'model' (None for a plain prompt); a spec
-    without one is refused (``cube.harness.build`` reads it before any model loads)."""
+    """The model's chat template where ``chat`` is a chat form ('model', or with its thinking mode:
+    'model+nothink' renders enable_thinking=False), None for a plain prompt; a spec without one is
+    refused (``cube.harness.build`` reads it before any model loads)."""
     if chat == NO_CHAT:
         return None
     if spec.settings.chat_template is None:
         raise ConfigError(f"a chat cell of {spec.model} needs the model's chat template (RunSettings.chat_template)")
-    return spec.settings.chat_template
+    return spec.settings.chat_template.with_thinking(thinking_of(chat))
 
 
 def label_work(spec: RunSpec, job: Job) -> ScoringWork:
@@ -320,21 +325,29 @@ def run_generation_job(backend: Backend, spec: RunSpec, job: Job, cot: bool) -> 
     gens = backend.generate([p for p, _ in built], max_new, batch_size=spec.batch_size)
     key = (job.cell.label_set.name, record_context(PASSES[job.kind].context or job.cell.context, job.cell.chat),
            job.cell.shots, job.cell.order)
+    markers = spec.settings.thinking_markers or DEFAULT_MARKERS
     rows = []
-    for item, (_, seen), gen in zip(job.items, built, gens):
+    for item, (full, seen), gen in zip(job.items, built, gens):
         labels = job.cell.label_set.shown(len(item.options))  # a ten-label set shows N of them on N options
         prompt = render_prompt(item, replace(job.cell, chat=NO_CHAT), list(spec.dev_items),
                                spec.prompt_templates())  # its options' order
         shown = [item.options[i] for i in prompt.permutation]
-        text = seen + gen.text
+        # The extractors read the text outside the thinking blocks (cube.protocol.thinking): a letter
+        # inside one is a thought, and a prompt that opened a block (R1's template) makes the
+        # generation's start thought too.
+        opened = prompt_opens_thinking(full, markers)
+        split = split_thinking(seen + gen.text, markers, opened)
+        spent = thinking_tokens(gen.token_ids, split, markers, opened)
         # The extractors read the raw text; the record keeps it scrubbed of the item's own text
         # (and of any other item's, given the index), so benchmark text never reaches disk.
         stored = scrub(gen.text, item.question, item.options, index=spec.leakage_index).text
         for scorer in pass_scorers(job.kind, spec.scorers):
             entry = SCORERS[scorer]
-            for name, pred in zip(entry.records, entry.score(text, labels, shown, answer_word)):
+            for name, pred in zip(entry.records, entry.score(split.answer_text, labels, shown, answer_word)):
                 rows.append(_record(spec.model, item, name, key, prompt.gold, None, None, gen, pred,
-                                    dtype=spec.settings.dtype, stored=stored))
+                                    dtype=spec.settings.dtype, stored=stored,
+                                    thinking=thinking_outcome(split, pred is not None, gen.finish_reason),
+                                    thinking_tokens=spent))
     return rows
 
 
@@ -427,11 +440,13 @@ def cell_configs(spec: RunSpec) -> dict[str, dict]:
         if key in configs:
             continue
         config = dict(base, kind=job.kind, scorers=[s for s in KIND_SCORERS[job.kind] if s in spec.scorers])
-        if job.chat_form == MODEL_CHAT:  # a plain cell records what it recorded before the axis existed
-            template = chat_template(spec, MODEL_CHAT)
+        if job.chat_form != NO_CHAT:  # a plain cell records what it recorded before the axis existed
+            template = chat_template(spec, job.chat_form)
             # the template by its digest (where it was read is the run log's: a copied folder is the same model)
             config.update(chat_template=MODEL_CHAT, chat_template_sha256=template.sha256,
                           chat_template_bos_added=template.bos_added)
+            if template.thinking is not None:  # --thinking: enable_thinking as rendered (a `model` cell: as before)
+                config["thinking"] = template.thinking
         if job.cell is not None:
             cell = job.cell
             config.update(label_set=cell.label_set.name, labels=_digest(list(cell.label_set.labels)),
@@ -443,6 +458,9 @@ def cell_configs(spec: RunSpec) -> dict[str, dict]:
         if job.kind in ("gen", "cot"):
             config["max_new_tokens"] = spec.max_new_tokens or templates["generation"][
                 "cot_max_new_tokens" if job.kind == "cot" else "answer_only_max_new_tokens"]
+            markers = spec.settings.thinking_markers or DEFAULT_MARKERS
+            if (markers.open, markers.close) != (DEFAULT_MARKERS.open, DEFAULT_MARKERS.close):
+                config["thinking_markers"] = [markers.open, markers.close]  # the default pair: as before the axis
         configs[key] = config
     return configs
 

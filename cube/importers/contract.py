@@ -55,6 +55,7 @@ class Decision:
     generation: str | None = None
     first_token_ids: Sequence[int] | None = None
     n_tokens: Sequence[int] | None = None
+    thinking: str | None = None  # cube.protocol.thinking's outcome of cube's re-read; None: not recorded
 
 
 def generation_decisions(item: Item, cell: tuple[str, str, int, str], gold: int, scorer: str,
@@ -63,10 +64,14 @@ def generation_decisions(item: Item, cell: tuple[str, str, int, str], gold: int,
     """The records of one generation: the harness's own answer (``scorer``, ``harness_pred``) and
     cube's strict and lenient extraction beside it (the scorer table's M6), the text stored scrubbed
     of the item's text where ``leakage`` (a ``cube.records.leakage`` index) is given; each answer
-    not found counts in ``parse_failed`` under its scorer."""
+    not found counts in ``parse_failed`` under its scorer. cube's extractors read the text after a
+    thinking block (``cube.protocol.thinking``), as on cube's own generations; the logs say nothing of
+    why a generation ended, so an unclosed block is no answer after thinking, never a truncation."""
     from cube.protocol.scorers import SCORERS
+    from cube.protocol.thinking import split_thinking, thinking_outcome
 
-    strict, lenient = SCORERS["M6"].score(text, labels, list(item.options))
+    split = split_thinking(text)
+    strict, lenient = SCORERS["M6"].score(split.answer_text, labels, list(item.options))
     if leakage is not None:
         from cube.records.leakage import scrub
 
@@ -75,7 +80,9 @@ def generation_decisions(item: Item, cell: tuple[str, str, int, str], gold: int,
     for name, pred in zip((scorer, *SCORERS["M6"].records), (harness_pred, strict, lenient)):
         if pred is None:
             parse_failed[name] = parse_failed.get(name, 0) + 1
-        out.append(Decision(item, name, cell, gold, None, pred=pred, generation=text))
+        ours = name != scorer  # the harness's own answer is as it logged it: its reading, not cube's
+        out.append(Decision(item, name, cell, gold, None, pred=pred, generation=text,
+                            thinking=thinking_outcome(split, pred is not None, None) if ours else None))
     return out
 
 
@@ -84,7 +91,7 @@ def records(model: str, decisions: Sequence[Decision]) -> list[dict]:
     from cube.records.schema import record_row  # pyarrow: not needed to list the importers (cube --help)
 
     return [record_row(model, d.item, d.scorer, d.cell, d.gold, d.result, pred=d.pred, generation=d.generation,
-                       first_token_ids=d.first_token_ids, n_tokens=d.n_tokens) for d in decisions]
+                       first_token_ids=d.first_token_ids, n_tokens=d.n_tokens, thinking=d.thinking) for d in decisions]
 
 
 @dataclass

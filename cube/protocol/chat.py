@@ -16,6 +16,13 @@ columns stay as they are, every reader that selects a context (``cube rescore``,
 ``cube confirm``) tells the two apart, and a ``none`` cell keeps its old name, shard files and
 configuration hash. ``split_context`` reads the mark back.
 
+A reasoning checkpoint's template takes ``enable_thinking`` (Qwen3 and its successors): ``--thinking
+off,on`` splits each ``model`` cell in two, rendered with ``enable_thinking=False`` (the template's
+own empty ``<think></think>`` block closes the turn's thinking before the cue) and ``True`` (the
+reply opens free to think). Their chat forms are ``model+nothink`` and ``model+think``, their
+records' contexts ``zh_cue@chat+nothink`` and ``zh_cue@chat+think``; a ``model`` cell without the
+option is rendered as the template's default, as before.
+
 The template is a program the checkpoint ships; nothing fetched runs code here: it is rendered
 in jinja2's ``ImmutableSandboxedEnvironment`` (as transformers does, with its ``tojson`` and
 ``raise_exception``), without ``strftime_now``, jinja's ``random`` filter or ``lipsum``: a template
@@ -37,6 +44,9 @@ NO_CHAT = "none"
 MODEL_CHAT = "model"
 CHAT_TEMPLATES = (NO_CHAT, MODEL_CHAT)  # the axis's values, the default first
 CHAT_MARK = "@chat"  # what a chat cell's answer context carries in its records
+THINKING_MODES = ("off", "on")  # --thinking: enable_thinking=False / True in the template
+THINKING_MARKS = {"off": "+nothink", "on": "+think"}  # the chat form's and the record context's suffix
+CHAT_FORMS = (NO_CHAT, MODEL_CHAT, *(MODEL_CHAT + m for m in THINKING_MARKS.values()))  # a cell's chat
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,23 @@ class ChatTemplate:
     source: str  # where it was read: "tokenizer_config.json of /path", "GGUF header of f.gguf", ...
     special_tokens: tuple[tuple[str, str], ...] = ()  # bos_token, eos_token, ... as the template sees them
     bos_added: str | None = None
+    thinking: str | None = None  # THINKING_MODES: rendered with enable_thinking False/True; None: the default
+
+    @property
+    def takes_thinking(self) -> bool:
+        """Whether the template reads ``enable_thinking`` (what ``--thinking`` needs)."""
+        return "enable_thinking" in self.template
+
+    def with_thinking(self, mode: str | None) -> ChatTemplate:
+        """This template rendered with ``enable_thinking`` off or on (None: its default)."""
+        from dataclasses import replace
+
+        return replace(self, thinking=mode)
+
+    @property
+    def chat_form(self) -> str:
+        """The chat form of a cell rendered with it: ``model``, ``model+nothink`` or ``model+think``."""
+        return chat_form(MODEL_CHAT, self.thinking)
 
     @property
     def sha256(self) -> str:
@@ -59,11 +86,13 @@ class ChatTemplate:
         return sha256_bytes(self.template.encode("utf-8"))
 
     def _render(self, user: str) -> str:
-        """One render, bounded in output size and time (``_bounded``)."""
+        """One render, bounded in output size and time (``_bounded``), with ``enable_thinking`` where
+        the cell sets it (``--thinking``)."""
+        thinking = {} if self.thinking is None else {"enable_thinking": self.thinking == "on"}
         try:
             return _bounded(_compiled(self.template), self.source,
                             messages=[{"role": "user", "content": user}], add_generation_prompt=True, tools=None,
-                            documents=None, **dict(self.special_tokens))
+                            documents=None, **dict(self.special_tokens), **thinking)
         except ConfigError:
             raise
         except Exception as exc:  # a template error, or the sandbox refusing an unsafe operation
@@ -170,17 +199,42 @@ def check_chat_templates(values: tuple[str, ...]) -> None:
         raise ConfigError(f"--chat-template needs at least one of {', '.join(CHAT_TEMPLATES)}")
 
 
+def check_thinking(values: tuple[str, ...], chats: tuple[str, ...]) -> None:
+    """``--thinking``: known modes, and a chat cell for them to apply to; one line each."""
+    for value in values:
+        if value not in THINKING_MODES:
+            raise ConfigError(f"unknown thinking mode {value!r}; known: {', '.join(THINKING_MODES)} (the chat "
+                              "template's enable_thinking off or on)")
+    if not values:
+        raise ConfigError(f"--thinking needs at least one of {', '.join(THINKING_MODES)}")
+    if MODEL_CHAT not in chats:
+        raise ConfigError("--thinking sets the chat template's enable_thinking: it needs --chat-template model")
+
+
+def chat_form(chat: str, thinking: str | None = None) -> str:
+    """A cell's chat form: ``none``, ``model``, or ``model`` with its thinking mode marked."""
+    return chat if thinking is None or chat == NO_CHAT else chat + THINKING_MARKS[thinking]
+
+
+def thinking_of(chat: str) -> str | None:
+    """The thinking mode of a chat form (None: plain, or the template's default)."""
+    return next((mode for mode, mark in THINKING_MARKS.items() if chat == MODEL_CHAT + mark), None)
+
+
 def record_context(context: str, chat: str) -> str:
-    """The answer context a record of this cell carries: ``zh_cue``, or ``zh_cue@chat``."""
-    return context if chat == NO_CHAT else context + CHAT_MARK
+    """The answer context a record of this cell carries: ``zh_cue``, ``zh_cue@chat``, or with a
+    thinking mode ``zh_cue@chat+nothink`` / ``zh_cue@chat+think``."""
+    return context if chat == NO_CHAT else context + CHAT_MARK + chat[len(MODEL_CHAT):]
 
 
 def split_context(context: str) -> tuple[str, str]:
-    """(answer context, chat template) of a record's context column: the inverse of ``record_context``."""
-    if context.endswith(CHAT_MARK):
-        return context[: -len(CHAT_MARK)], MODEL_CHAT
+    """(answer context, chat form) of a record's context column: the inverse of ``record_context``."""
+    for mark in ("", *THINKING_MARKS.values()):
+        if context.endswith(CHAT_MARK + mark):
+            return context[: len(context) - len(CHAT_MARK + mark)], MODEL_CHAT + mark
     return context, NO_CHAT
 
 
-__all__ = ["CHAT_MARK", "CHAT_TEMPLATES", "MODEL_CHAT", "NO_CHAT", "ChatTemplate", "check_chat_templates",
-           "record_context", "split_context"]
+__all__ = ["CHAT_FORMS", "CHAT_MARK", "CHAT_TEMPLATES", "MODEL_CHAT", "NO_CHAT", "THINKING_MARKS", "THINKING_MODES",
+           "ChatTemplate", "chat_form", "check_chat_templates", "check_thinking", "record_context", "split_context",
+           "thinking_of"]

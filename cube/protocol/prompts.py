@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from cube.config import config_dir, load_config
 from cube.errors import ConfigError, ItemsError
-from cube.protocol.chat import CHAT_TEMPLATES, NO_CHAT, ChatTemplate, record_context
+from cube.protocol.chat import CHAT_FORMS, NO_CHAT, ChatTemplate, record_context
 from cube.protocol.items import Item
 from cube.protocol.label_sets import MAX_OPTIONS, LabelSet
 from cube.protocol.tokenization import continuation_tokenizer
@@ -38,8 +38,8 @@ class Cell:
             raise ConfigError(f"cell shots must be a non-negative integer, got {self.shots!r}")
         if self.order != ORIGINAL_ORDER and not _SHIFT.fullmatch(self.order):
             raise ConfigError(f"cell order {self.order!r} is not 'original' or 'shiftK' (K >= 1)")
-        if self.chat not in CHAT_TEMPLATES:
-            raise ConfigError(f"cell chat template {self.chat!r} is not one of {', '.join(CHAT_TEMPLATES)}")
+        if self.chat not in CHAT_FORMS:
+            raise ConfigError(f"cell chat template {self.chat!r} is not one of {', '.join(CHAT_FORMS)}")
 
     @property
     def record_context(self) -> str:

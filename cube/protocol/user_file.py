@@ -49,7 +49,7 @@ MAX_FILE_BYTES = 256 << 20
 DEFAULT_SUBJECT = "all"
 DEFAULT_SPLIT = "test"
 CARD_KEYS = ("name", "title", "language", "format", "header", "question", "option", "contexts",
-             "subject_names", "licence", "source")
+             "subject_names", "licence", "source", "thinking_markers")
 LANGUAGE_FORMATS = {"en": "en_mcq", "zh": None}  # None: the exam format of CMMLU and C-Eval
 
 
@@ -62,7 +62,9 @@ class Card:
     format of config/templates.yaml by name; ``header`` / ``question`` / ``option``: the line
     formats (``{subject}``, ``{question}``, ``{label}`` and ``{text}``); ``contexts``: extra answer
     contexts (name -> cue, label_prefix); ``subject_names``: subject -> the name the header shows;
-    ``licence`` and ``source``: what a release manifest says about the items.
+    ``licence`` and ``source``: what a release manifest says about the items; ``thinking_markers``:
+    ``[OPEN, CLOSE]``, where a reasoning model's thinking block ends in a generation on these items
+    (``cube.protocol.thinking``; default ``<think>``/``</think>`` or the tokenizer's own pair).
     """
 
     name: str
@@ -77,6 +79,7 @@ class Card:
     licence: str = "unknown (the card names none)"
     source: str = ""
     path: Path | None = None  # the card file read, if any
+    thinking_markers: tuple[str, str] | None = None
 
     def prompt_format(self) -> str | None:
         if self.format is not None:
@@ -88,9 +91,12 @@ class Card:
                               "set `format:` or the line formats instead")
         return LANGUAGE_FORMATS[self.language]
 
-    def template_overrides(self) -> dict[str, str]:
-        return {k: v for k, v in (("header", self.header), ("question", self.question), ("option", self.option))
-                if v is not None}
+    def template_overrides(self) -> dict:
+        out: dict = {k: v for k, v in (("header", self.header), ("question", self.question), ("option", self.option))
+                     if v is not None}
+        if self.thinking_markers is not None:  # merged into the templates' generation block
+            out["generation"] = {"thinking_markers": list(self.thinking_markers)}
+        return out
 
 
 # ---- reading rows ---------------------------------------------------------------------------------
@@ -383,7 +389,14 @@ def read_card(path: Path | None, default_name: str) -> tuple[Card, bytes]:
     names = raw.get("subject_names") or {}
     if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
         raise ConfigError(f"{path}: card subject_names must map subjects to names")
+    markers = None
+    if raw.get("thinking_markers") is not None:
+        from cube.protocol.thinking import markers_of_card
+
+        found = markers_of_card(raw["thinking_markers"], f"{path}: card key")
+        markers = (found.open, found.close)
     card = Card(name=name, title=raw.get("title", ""), language=raw.get("language"), format=raw.get("format"),
+                thinking_markers=markers,
                 header=raw.get("header"), question=raw.get("question"), option=raw.get("option"),
                 contexts={str(k): {kk: str(vv) for kk, vv in v.items()} for k, v in contexts.items()},
                 subject_names={str(k): v for k, v in names.items()},

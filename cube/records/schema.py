@@ -12,6 +12,12 @@ length: whether a parse failure is a truncation, the practice guide's §4.2 caus
 failure). Version 1 shards are read through :func:`migrate_v1`: their precision from what the
 store recorded of their run (the manifest's cell, else the run log line that wrote them), their
 generation lengths as not recorded (null), never guessed.
+
+Version 3 (issue 49) added, for generations, ``thinking`` (what a reasoning checkpoint's thinking
+block did: ``cube.protocol.thinking.THINKING_OUTCOMES``; the answer is read after the block) and
+``thinking_tokens`` (the tokens the block took). Version 1 and 2 shards are read forward through
+:func:`migrate` (``migrate_v1``, then ``migrate_v2``): both columns null, not recorded, never
+guessed from the stored text.
 """
 
 from __future__ import annotations
@@ -22,13 +28,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from cube.protocol.thinking import THINKING_OUTCOMES
 from cube.protocol.scorers import PASSES, SCORERS, ScoreResult, option_distribution, pass_scorers, run_scorers
 
 if TYPE_CHECKING:
     from cube.protocol.items import Item
 
-SCHEMA_VERSION = "cube.records/2"
-SCHEMA_V1 = "cube.records/1"  # read through migrate_v1
+SCHEMA_VERSION = "cube.records/3"
+SCHEMA_V2 = "cube.records/2"  # read through migrate_v2
+SCHEMA_V1 = "cube.records/1"  # read through migrate_v1, then migrate_v2
 SCHEMA_METADATA_KEY = b"cube.schema"  # Parquet file metadata key holding SCHEMA_VERSION
 
 # The scorer groups, derived from the one scorer table (cube.protocol.scorers.SCORERS), here beside
@@ -69,7 +77,8 @@ def tie_text(groups: Sequence[Sequence[int]]) -> str:
 def record_row(model: str, item: Item, scorer: str, cell: tuple[str, str, int, str], gold: int,
                result: ScoreResult | None, *, pred: int | None = None, generation: str | None = None,
                first_token_ids: Sequence[int] | None = None, n_tokens: Sequence[int] | None = None,
-               dtype: str | None = None, gen_tokens: int | None = None, finish_reason: str | None = None) -> dict:
+               dtype: str | None = None, gen_tokens: int | None = None, finish_reason: str | None = None,
+               thinking: str | None = None, thinking_tokens: int | None = None) -> dict:
     """One record as a dict of RECORD_SCHEMA's columns: the one builder of the harness and the imports,
     so that a record means the same whoever wrote it.
 
@@ -77,10 +86,14 @@ def record_row(model: str, item: Item, scorer: str, cell: tuple[str, str, int, s
     ``pred`` (None: a parse failure) gets no scores and a one-hot distribution.
     ``dtype``: the precision the model ran in (None: not known, e.g. an import that does not say);
     ``gen_tokens`` and ``finish_reason`` (one of ``FINISH_REASONS``): a generation's length and why
-    it ended, None for scored records.
+    it ended, None for scored records; ``thinking`` (one of ``THINKING_OUTCOMES``) and
+    ``thinking_tokens``: what a thinking block did in a generation and the tokens it took (None: not
+    recorded).
     """
     if finish_reason is not None and finish_reason not in FINISH_REASONS:
         raise ValueError(f"finish_reason {finish_reason!r} is not one of {', '.join(FINISH_REASONS)}")
+    if thinking is not None and thinking not in THINKING_OUTCOMES:
+        raise ValueError(f"thinking {thinking!r} is not one of {', '.join(THINKING_OUTCOMES)}")
     label_set, context, shots, order = cell
     if result is not None:
         pred_i = int(result.pred)
@@ -104,6 +117,7 @@ def record_row(model: str, item: Item, scorer: str, cell: tuple[str, str, int, s
         "n_tokens": list(n_tokens) if n_tokens is not None else None,
         "generation": generation,
         "dtype": dtype, "gen_tokens": None if gen_tokens is None else int(gen_tokens), "finish_reason": finish_reason,
+        "thinking": thinking, "thinking_tokens": None if thinking_tokens is None else int(thinking_tokens),
     }
 
 
@@ -142,9 +156,14 @@ RECORD_SCHEMA = pa.schema([
     pa.field("dtype", pa.string(), nullable=True),          # bfloat16 | float32 | ...; null: not recorded
     pa.field("gen_tokens", pa.int32(), nullable=True),      # generated tokens (end token excluded); M6 rows
     pa.field("finish_reason", pa.string(), nullable=True),  # stop | length (FINISH_REASONS); M6 rows
+    # --- reasoning checkpoints (schema 3) -----------------------------------------------------
+    pa.field("thinking", pa.string(), nullable=True),        # THINKING_OUTCOMES; M6 rows; null: not recorded
+    pa.field("thinking_tokens", pa.int32(), nullable=True),  # tokens of the thinking block(s); null: not counted
 ])
 V2_COLUMNS = ("dtype", "gen_tokens", "finish_reason")  # what schema 2 added to schema 1
-V1_SCHEMA = pa.schema([f for f in RECORD_SCHEMA if f.name not in V2_COLUMNS])
+V3_COLUMNS = ("thinking", "thinking_tokens")  # what schema 3 added to schema 2
+V2_SCHEMA = pa.schema([f for f in RECORD_SCHEMA if f.name not in V3_COLUMNS])
+V1_SCHEMA = pa.schema([f for f in V2_SCHEMA if f.name not in V2_COLUMNS])
 
 
 def migrate_v1(table: pa.Table, dtype: str | None) -> pa.Table:
@@ -154,13 +173,35 @@ def migrate_v1(table: pa.Table, dtype: str | None) -> pa.Table:
     generation is not the text the model wrote)."""
     n = table.num_rows
     out = table
-    for field in RECORD_SCHEMA:
+    for field in V2_SCHEMA:
         if field.name in V2_COLUMNS and field.name not in out.column_names:
             value = dtype if field.name == "dtype" else None
             out = out.append_column(field, pa.array([value] * n, type=field.type))
     return out
 
+
+def migrate_v2(table: pa.Table) -> pa.Table:
+    """A schema-2 table (or a selection of its columns) as schema 3: ``thinking`` and
+    ``thinking_tokens`` null, not recorded. Read again from the stored text they would be guesses:
+    the text is scrubbed, and whether the limit was hit inside a block is not in it."""
+    out = table
+    for field in RECORD_SCHEMA:
+        if field.name in V3_COLUMNS and field.name not in out.column_names:
+            out = out.append_column(field, pa.nulls(table.num_rows, type=field.type))
+    return out
+
+
+def migrate(table: pa.Table, version: str, dtype: str | None) -> pa.Table:
+    """A table of an older schema ``version`` read forward to this one, migration by migration."""
+    if version == SCHEMA_V1:
+        table = migrate_v1(table, dtype)
+    if version in (SCHEMA_V1, SCHEMA_V2):
+        table = migrate_v2(table)
+    return table
+
 KEY_COLUMNS = ("model", "uid", "scorer", "label_set", "context", "shots", "order")
 ID_COLUMNS = ("model", "uid", "qhash", "benchmark", "subject", "scorer", "label_set", "context", "order", "tie_groups")
 FREE_TEXT_COLUMNS = ("generation",)
-MIGRATIONS = {SCHEMA_V1: migrate_v1}  # older versions a reader reads forward
+MIGRATIONS = {SCHEMA_V1: migrate_v1, SCHEMA_V2: migrate_v2}  # older versions a reader reads forward (``migrate``)
+SCHEMAS = {SCHEMA_VERSION: RECORD_SCHEMA, SCHEMA_V2: V2_SCHEMA, SCHEMA_V1: V1_SCHEMA}  # each version's columns
+ADDED_COLUMNS = {SCHEMA_V1: V2_COLUMNS + V3_COLUMNS, SCHEMA_V2: V3_COLUMNS}  # columns an old version lacks

@@ -19,7 +19,7 @@ from pathlib import Path
 from cube import __version__
 from cube.errors import ConfigError, PredictionMismatch
 from cube.files import read_json
-from cube.protocol.chat import MODEL_CHAT, NO_CHAT, ChatTemplate, record_context
+from cube.protocol.chat import NO_CHAT, ChatTemplate, record_context, thinking_of
 from cube.protocol.items import Item
 from cube.protocol.label_sets import LabelSet
 from cube.protocol.prompts import Cell, Context, load_templates, prompt_in_context
@@ -146,7 +146,7 @@ def audit_prompt(label_set: LabelSet, context: Context, templates: dict | None =
     templates = templates or load_templates()
     item = audit_item(len(label_set.labels), templates)
     solved = [replace(item, split="dev", row=k + 1, answer=k % len(label_set.labels)) for k in range(shots)]
-    cell = Cell(label_set, context.name, shots, chat=MODEL_CHAT if chat_template is not None else NO_CHAT)
+    cell = Cell(label_set, context.name, shots, chat=chat_template.chat_form if chat_template is not None else NO_CHAT)
     return prompt_in_context(item, cell, context, solved, templates, chat_template).context
 
 
@@ -180,7 +180,7 @@ def audit_cell(tokenizer: Encoder, family: str, label_set: LabelSet, context: Co
         verdict = f"max{max(len(lt.ids) for lt in labels)}tok"
         collision = None
     merged = tuple(lt.label for lt in labels if lt.boundary_merge)
-    name = record_context(context.name, MODEL_CHAT if chat_template is not None else NO_CHAT)
+    name = record_context(context.name, chat_template.chat_form if chat_template is not None else NO_CHAT)
     return CellAudit(family, label_set.name, name, verdict, collision, groups, merged, tuple(labels))
 
 
@@ -284,13 +284,15 @@ def audit_run_cells(tokenizer: Encoder, model: str, label_sets: list[LabelSet], 
                     shots: list[int], chats: tuple[str, ...] = (NO_CHAT,),
                     chat_template: ChatTemplate | None = None, templates: dict | None = None) -> list[RunCellAudit]:
     """Every (label set x context x shots x chat template) cell of a run, audited on ``tokenizer``
-    (the model's own); a chat cell (``model``) on ``chat_template``, which it then needs. In the
-    run's own prompt format (``templates``: a benchmark's; None: the exam format)."""
+    (the model's own); a chat cell (``model``, or with a thinking mode ``model+nothink``) on
+    ``chat_template`` in that mode, which it then needs: with thinking off the labels are read after
+    the template's own empty thinking block. In the run's own prompt format (``templates``: a
+    benchmark's; None: the exam format)."""
     templates = templates or load_templates()
-    if MODEL_CHAT in chats and chat_template is None:
+    if any(chat != NO_CHAT for chat in chats) and chat_template is None:
         raise ConfigError(f"{model}: a chat cell needs the model's chat template, and none was given")
     return [RunCellAudit(k, audit_cell(tokenizer, model, ls, ctx, templates, k,
-                                       chat_template if chat == MODEL_CHAT else None))
+                                       chat_template.with_thinking(thinking_of(chat)) if chat != NO_CHAT else None))
             for ls in label_sets for ctx in contexts for k in shots for chat in chats]
 
 

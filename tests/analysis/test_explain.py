@@ -132,6 +132,33 @@ def test_parse_failures_alone(tmp_path):
     assert e.gap == Fraction(-5, 24) and e.factor("parse_failure").items == 5
 
 
+def test_generations_cut_while_thinking_are_the_thinking_factor_not_parse_failures(tmp_path):
+    """A reasoning checkpoint under two token budgets: the items B lost because their generations ran
+    out inside the thinking block (and one closed its block without an answer) are the thinking
+    factor's, with each side's outcome counts; a plain parse failure beside them stays its own."""
+    right = pattern(3, 0.8)
+    ok_uids = [u for u, ok in right.items() if ok]
+    cut, closed, plain = ok_uids[:4], ok_uids[4:5], ok_uids[5:7]
+    gen = dict(scorer="M6-strict", scores=[float("nan")] * 4)
+    a_recs = [record(uid=u, pred=0 if ok else 1, probs=[1.0, 0, 0, 0] if ok else [0, 1.0, 0, 0],
+                     thinking="answered", **gen) for u, ok in right.items()]
+    outcome = {**{u: "truncated_in_thinking" for u in cut}, **{u: "no_answer_after_thinking" for u in closed},
+               **{u: "none" for u in plain}}
+    b_recs = [record(uid=u, pred=-1, probs=[0.0] * 4, thinking=outcome[u], **gen) if u in outcome else r
+              for u, r in zip(right, a_recs)]
+    e = explained(store(tmp_path, "a", a_recs), store(tmp_path, "b", b_recs))
+    assert e.gap == Fraction(-7, 24)
+    assert (e.factor("thinking").items, e.factor("parse_failure").items) == (5, 2)
+    assert (e.factor("thinking").share, e.factor("parse_failure").share) == (Fraction(-5, 24), Fraction(-2, 24))
+    assert e.factor("thinking").detail == ("A answered 24; B none 2, answered 17, truncated_in_thinking 4, "
+                                           "no_answer_after_thinking 1")
+    # a store written before schema 3 does not say: its failures stay parse failures, its detail "not recorded"
+    old = [{k: v for k, v in r.items()} | {"thinking": None} for r in b_recs]
+    e = explained(store(tmp_path, "a2", [r | {"thinking": None} for r in a_recs]), store(tmp_path, "b2", old))
+    assert (e.factor("thinking").items, e.factor("parse_failure").items) == (0, 7)
+    assert e.factor("thinking").detail == "A not recorded; B not recorded"
+
+
 def test_tie_breaks_in_a_degenerate_cell_alone(tmp_path):
     """A first-token cell where all labels share a token against the full-sequence scorer: the
     scorer differs too, but every discordant item was decided by the tie-break."""

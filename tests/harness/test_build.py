@@ -29,3 +29,27 @@ def test_a_config_builds_the_same_spec_as_the_command_line(benchmarks_root):
     ran = replace(config, contexts=("zh_cue",))
     assert len(spec.items) == 3 and spec.settings.config == ran and spec.settings.dtype == "float32"
     assert spec.settings.to_log()["command"] == ran.command_line() and spec.settings.to_log()["config"] == ran.to_log()
+
+
+@pytest.mark.registry
+def test_thinking_markers_come_from_the_tokenizer_else_the_templates_else_the_default(tiny_qwen3, qwen3_tokenizer,
+                                                                                     tmp_path):
+    """Where a generation's thinking block ends (issue 49): Qwen3's added <think>/</think> with their
+    ids; the templates' generation.thinking_markers over them (ids where the tokenizer has the
+    markers as tokens); the default pair without ids for a tokenizer that has none (the demo SmolLM2)."""
+    from transformers import PreTrainedTokenizerFast
+
+    from cube.harness.build import thinking_markers_of
+    from cube.harness.model_spec import parse_model
+
+    folder = tmp_path / "tiny-qwen3"
+    tiny_qwen3.save_pretrained(folder)
+    PreTrainedTokenizerFast(tokenizer_object=qwen3_tokenizer, eos_token="<|im_end|>").save_pretrained(folder)
+    qwen3 = parse_model(str(folder))
+    found = thinking_markers_of(qwen3, {})
+    assert (found.open, found.close, found.close_ids) == ("<think>", "</think>", (qwen3_tokenizer.token_to_id("</think>"),))
+    named = thinking_markers_of(qwen3, {"generation": {"thinking_markers": ["<tool_call>", "</tool_call>"]}})
+    assert (named.open, named.close, named.source) == ("<tool_call>", "</tool_call>", "templates generation")
+    assert named.close_ids == (qwen3_tokenizer.token_to_id("</tool_call>"),)
+    demo = thinking_markers_of(parse_model("smollm2-135m-instruct"), {})
+    assert (demo.open, demo.close, demo.open_ids, demo.close_ids) == ("<think>", "</think>", None, None)

@@ -238,3 +238,76 @@ def test_the_none_form_is_the_plain_prompt_byte_for_byte():
     explicit = build_spec(RunConfig(**{**config.__dict__, "chat_templates": ("none",)}))
     assert explicit.config_hash() == spec.config_hash()
     assert not any("chat_template" in c for c in cell_configs(spec).values())
+
+
+@pytest.fixture
+def qwen3_thinking(qwen3_no_template, tmp_path) -> Path:
+    """The tiny Qwen3 with Qwen3's own template, which takes enable_thinking (tests/protocol/test_chat_thinking.py)."""
+    from tests.protocol.test_chat_thinking import QWEN3_CONFIG, QWEN3_CONFIG_SHA256
+    from cube.tokenizers.sources import fetch_registry_file
+
+    folder = tmp_path / "tiny-qwen3-thinking"
+    shutil.copytree(qwen3_no_template, folder)
+    template = json.loads(fetch_registry_file(QWEN3_CONFIG, QWEN3_CONFIG_SHA256).read_text(encoding="utf-8"))
+    (folder / "chat_template.jinja").write_text(template["chat_template"], encoding="utf-8")
+    return folder
+
+
+@pytest.mark.registry
+def test_thinking_off_and_on_are_cells_of_their_own(qwen3_thinking, qwen_template, qwen3_no_template, tmp_path, capsys):
+    """``--thinking off,on`` (issue 49 §2): each chat cell twice, its records' context marked, its mode in
+    the cell's configuration (so the configuration hash differs), every generation prompt transformers'
+    apply_chat_template with enable_thinking; labels scored with thinking off after the template's own
+    empty block, exactly as it renders; a template without enable_thinking refused in one line."""
+    from transformers import AutoTokenizer
+
+    from cube.harness.build import build_spec
+    from cube.harness.run_config import RunConfig
+    from cube.harness.runner import _generation_prompt, plan_jobs
+    from cube.records.store import read_manifest, read_records
+
+    out = tmp_path / "out"
+    argv = ["run", "--model", str(qwen3_thinking), *SMALL_RUN, "--chat-template", "model", "--thinking", "off,on",
+            "--scorers", "M6", "--max-gen-tokens", "3", "--out", str(out)]
+    assert main(argv) == 0
+    contexts = set(read_records(out).column("context").to_pylist())
+    assert contexts == {"zh_cue@chat+nothink", "zh_cue@chat+think"}
+    cells = read_manifest(out)["cells"]
+    assert {k.split("/", 1)[1]: c["thinking"] for k, c in cells.items()} == {
+        "gen--L1_halfwidth__zh_cue@chat+nothink__0shot__original": "off",
+        "gen--L1_halfwidth__zh_cue@chat+think__0shot__original": "on"}
+    config = RunConfig.from_log(json.loads((out / "tiny-qwen3-thinking" / "runlog.jsonl").read_text().splitlines()[-1]))
+    assert config.thinking == ("off", "on")
+    spec = build_spec(config)
+    tokenizer = AutoTokenizer.from_pretrained(qwen3_thinking)
+    plain = build_spec(RunConfig(model=str(qwen3_thinking), subjects=("anatomy",), sample=2, dtype="float32",
+                                 scorers=("M1-seq",)))
+    from cube.protocol.prompts import render_prompt
+
+    for job in plan_jobs(spec):
+        mode = job.cell.chat.endswith("+think")
+        for item in job.items:
+            text = render_prompt(item, plain.cells[0], [], plain.prompt_templates()).context
+            expected = tokenizer.apply_chat_template([{"role": "user", "content": text[:-len("答案：")].rstrip()}],
+                                                     add_generation_prompt=True, tokenize=False,
+                                                     enable_thinking=mode) + "答案："
+            assert _generation_prompt(item, job.cell, spec, cot=False) == (expected, "答案：")
+    capsys.readouterr()
+
+    # labels with thinking off: scored after the template's own empty block
+    off = build_spec(RunConfig(model=str(qwen3_thinking), subjects=("anatomy",), sample=2, dtype="float32",
+                               scorers=("M1-seq",), chat_templates=("model",), thinking=("off",)))
+    prompts = chat_prompts(off.settings.config)
+    assert list(prompts) == ["label--L1_halfwidth__zh_cue@chat+nothink__0shot__original"]
+    assert all(p.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n答案：") for p in prompts[next(iter(prompts))])
+    assert off.settings.audit[0].cell.context == "zh_cue@chat+nothink"
+
+    # a template that does not read enable_thinking: one line, before anything loads
+    folder = tmp_path / "tiny-qwen25-template"
+    shutil.copytree(qwen3_no_template, folder)
+    (folder / "chat_template.jinja").write_text(qwen_template, encoding="utf-8")
+    assert main(["run", "--model", str(folder), *SMALL_RUN, "--chat-template", "model", "--thinking", "off",
+                 "--scorers", "M6", "--out", str(tmp_path / "refused")]) == 2
+    lines = error_lines(capsys)
+    assert len(lines) == 1 and "does not read enable_thinking" in lines[0]
+    assert not (tmp_path / "refused").exists()

@@ -251,3 +251,32 @@ def test_a_forged_plan_cannot_send_a_jobs_store_outside_the_plan_folder(tmp_path
     (folder / PLAN_SUM).write_text(hashlib.sha256(text.encode()).hexdigest() + "\n")
     with pytest.raises(ConfigError, match=r"job 0 writes its store at .*, not 'jobs/0000' under the plan folder"):
         read_plan(folder)
+
+
+from tests.harness.test_chat_cells import qwen3_no_template, qwen3_thinking  # noqa: E402,F401 - fixtures
+
+
+@pytest.mark.registry
+@pytest.mark.parametrize("thinking, scorers", [(("off", "on"), ("M6", "M6-cot")), (("off",), ("M1-seq", "M2", "M6"))])
+def test_a_plan_of_thinking_cells_writes_the_single_process_shards(benchmarks_root, qwen3_thinking, thinking, scorers):
+    """--thinking off,on (issue 49) in a plan: each job is `cube run --chat-template model --thinking MODE`
+    (a chat form such as model+nothink is no --chat-template value), and the jobs write the single run's shards."""
+    from cube.harness.build import build_spec
+    from cube.harness.plan import make_plan
+    from cube.harness.runner import cell_configs, plan_jobs
+
+    config = RunConfig(model=str(qwen3_thinking), sample=4, chat_templates=("none", "model"), thinking=thinking,
+                       scorers=scorers, dtype="float32", shard_size=2)
+    plan = make_plan([config], items_per_job=4)
+    full = build_spec(config)
+    name = qwen3_thinking.name
+    written = set()
+    for job in plan.jobs:
+        spec = job_spec(job.args)
+        files = {f"{name}/{j.filename}" for j in plan_jobs(spec)}
+        assert files == set(job.files) and not files & written
+        written |= files
+        for cell, value in cell_configs(spec).items():
+            assert value == cell_configs(full)[cell]
+    assert written == {f"{name}/{j.filename}" for j in plan_jobs(full)}
+    assert any("@chat+nothink" in f for f in written) and any("zh_cue__" in f for f in written)

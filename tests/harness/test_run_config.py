@@ -28,7 +28,8 @@ def test_a_logged_command_parses_back_to_the_same_config_through_argparse_and_wi
     config = parsed("--model", "m", "--card", "mine.card.yaml", "--subjects", "anatomy,virology", "--sample", "6", "--within", "60",
                     "--seed", "3", "--label-sets", "L1_halfwidth,L4_circled", "--scorers", "M1-seq,M2",
                     "--shots", "0,5", "--cues", "zh_cue,en_label_space", "--orders", "original,shift1",
-                    "--chat-template", "none,model", "--dtype", "float32", "--batch-size", "8", "--shard-size", "2", "--shard", "1/3",
+                    "--chat-template", "none,model", "--thinking", "off", "--dtype", "float32", "--batch-size", "8",
+                    "--shard-size", "2", "--shard", "1/3",
                     "--max-new-tokens", "7", "--out", "o", "--data", "/d", "--device", "cpu")
     command = config.command_line()
     argv = shlex.split(command)

@@ -340,3 +340,30 @@ def test_a_fifo_as_a_review_file_says_what_it_is_and_a_deep_task_config_is_one_l
     config.write_text("model: " + "[" * 5000 + "]" * 5000 + "\n", encoding="utf-8")
     with pytest.raises(HarnessImportError, match=r"YAML nesting too deep to parse"):
         read(folder)
+
+
+def test_a_generation_with_a_thinking_block_is_re_read_by_cubes_extractors_after_it(tmp_path, items):
+    """Issue 49: a reasoning model's output in EvalScope's predictions, a block holding another letter
+    before the model's own answer: cube's M6-strict and M6-lenient read the answer after the block
+    (as on the unedited output), not the letter in the thought; EvalScope's logged answer stays its own."""
+    folder = _copy(tmp_path)
+    path = sorted(folder.glob("*/predictions/*/*.jsonl"))[0]
+    lines = path.read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    content = first["model_output"]["choices"][0]["message"]["content"]
+    assert isinstance(content, str)
+    plain = {(r["uid"], r["scorer"]): r for r in _import(FIXTURE, items).rows}
+    uid = next(u for (u, s), r in plain.items() if s == "M6-strict" and r["generation"] is not None
+               and r["generation"].strip() and content.startswith(r["generation"][:20]))
+    other = "D" if plain[(uid, "M6-strict")]["pred"] != 3 else "A"
+    assert plain[(uid, "M6-strict")]["pred"] == -1  # so a reader of the whole text would take the thought's letter
+    first["model_output"]["choices"][0]["message"]["content"] = f"<think>答案：{other}。选{other}</think>\n{content}"
+    path.write_text("\n".join([json.dumps(first, ensure_ascii=False), *lines[1:]]) + "\n", encoding="utf-8")
+    thought = {(r["uid"], r["scorer"]): r for r in _import(folder, items).rows}
+    for scorer in ("M6-strict", "M6-lenient"):
+        assert thought[(uid, scorer)]["pred"] == plain[(uid, scorer)]["pred"], scorer
+        assert thought[(uid, scorer)]["thinking"] == ("answered" if plain[(uid, scorer)]["pred"] >= 0
+                                                      else "no_answer_after_thinking")
+        assert plain[(uid, scorer)]["thinking"] == "none"
+    assert thought[(uid, ES_SCORER)]["pred"] == plain[(uid, ES_SCORER)]["pred"]
+    assert thought[(uid, ES_SCORER)]["thinking"] is None  # EvalScope's own reading: not cube's to say

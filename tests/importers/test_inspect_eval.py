@@ -259,3 +259,28 @@ def test_a_sample_without_an_answer_token_has_no_scored_record_and_is_counted(tm
     meta = imported.metadata["inspect_ai"]["logprobs"]
     assert meta["answer_tokens"] == {"first token": len(samples) - 1, "none": 1}
     assert "over 5 records" in format_report(imported) and "none (no record) 1" in format_report(imported)
+
+
+def test_a_generation_with_a_thinking_block_is_re_read_by_cubes_extractors_after_it(tmp_path, items):
+    """Issue 49: a reasoning model's output in an inspect_ai log, a block holding another letter
+    before the model's own answer: cube's M6-strict and M6-lenient read after the block (as on the
+    unedited output), never the thought's letter; inspect_ai's own logged answer stays as logged."""
+    samples = _samples(LOG)
+    uid = _uid(samples[0])
+    plain = {r["scorer"]: r for r in import_runs(read(LOG, "ceval").runs, items).rows if r["uid"] == uid}
+    assert plain["M6-strict"]["pred"] == -1  # so a reader of the whole text would take the thought's letter
+
+    def think_first(sample: dict) -> None:
+        message = sample["output"]["choices"][0]["message"]
+        assert isinstance(message["content"], str)
+        other = "D" if plain["M6-lenient"]["pred"] != 3 else "A"
+        message["content"] = f"<think>ANSWER: {other}\n答案：{other}</think>\n" + message["content"]
+
+    edited = tmp_path / "thinking.json"
+    _rewrite(LOG, edited, think_first)
+    thought = {r["scorer"]: r for r in import_runs(read(edited, "ceval").runs, items).rows if r["uid"] == uid}
+    for scorer in ("M6-strict", "M6-lenient"):
+        assert thought[scorer]["pred"] == plain[scorer]["pred"], scorer
+        assert thought[scorer]["thinking"] == ("answered" if plain[scorer]["pred"] >= 0 else "no_answer_after_thinking")
+        assert plain[scorer]["thinking"] == "none"
+    assert thought[INSPECT_SCORER]["pred"] == plain[INSPECT_SCORER]["pred"] and thought[INSPECT_SCORER]["thinking"] is None

@@ -254,3 +254,20 @@ def test_a_card_with_a_bad_line_format_or_deep_yaml_is_one_line(tmp_path, text, 
     with pytest.raises(ConfigError, match=needle) as caught:
         resolve(str(path)).load()
     assert "\n" not in str(caught.value)
+
+
+def test_a_card_names_the_thinking_markers_of_its_generations(tmp_path):
+    """Issue 49: ``thinking_markers: [OPEN, CLOSE]`` in a card reaches the templates' generation block
+    (where cube run reads it; the rest of the block kept), and a bad value is one line."""
+    path = _write_jsonl(tmp_path / "mine.jsonl", [GOOD])
+    card = tmp_path / "mine.card.yaml"
+    card.write_text("thinking_markers: ['<reasoning>', '</reasoning>']\n", encoding="utf-8")
+    generation = resolve(str(path)).templates()["generation"]
+    assert generation["thinking_markers"] == ["<reasoning>", "</reasoning>"]
+    assert generation["cot_max_new_tokens"] == resolve("cmmlu").templates()["generation"]["cot_max_new_tokens"]
+    assert "thinking_markers" not in resolve("cmmlu").templates()["generation"]
+    card.write_text("thinking_markers: '</think>'\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"mine.card.yaml: card key: thinking_markers '</think>' must be two "
+                                          r"non-empty strings") as error:
+        UserBenchmark.read(path)
+    assert "\n" not in str(error.value)

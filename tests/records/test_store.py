@@ -628,10 +628,40 @@ def test_a_schema_1_store_is_read_forward_with_the_precision_its_run_log_recorde
     want = {f"cmmlu/agronomy/test/{i}": d for i, d in enumerate(["bfloat16"] * 2 + ["float32"] * 2 + [None] * 2)}
     assert {u: r["dtype"] for u, r in by_uid.items()} == want
     assert all(r["gen_tokens"] is None and r["finish_reason"] is None for r in by_uid.values())
+    assert all(r["thinking"] is None and r["thinking_tokens"] is None for r in by_uid.values())  # schema 3's too
     # every other column as written
     assert rows_sorted(got.select(V1_SCHEMA.names)) == rows_sorted(v1)
     # a column subset still carries the precision (an essential column)
     assert set(read_records(tmp_path, columns=["probs"]).column("dtype").to_pylist()) == {"bfloat16", "float32", None}
+
+
+def test_a_schema_2_store_is_read_forward_with_its_thinking_not_recorded(tmp_path):
+    """A store written before schema 3 (issue 49: no thinking, thinking_tokens columns) reads back in
+    schema 3 with both null, not recorded (never re-read from the scrubbed text), every other column
+    as written; a run may add schema-3 shards beside its schema-2 ones and both read."""
+    from cube.records.schema import SCHEMA_V2, V2_SCHEMA
+
+    v2 = conform(small(n=4)).select(V2_SCHEMA.names)
+    write_raw(tmp_path, "m1/label--a--00000.parquet", v2.slice(0, 2), version=SCHEMA_V2)
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    manifest["schema_version"] = SCHEMA_V2
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
+    got = read_records(tmp_path)
+    assert got.schema == RECORD_SCHEMA and got.num_rows == 2
+    assert got.column("thinking").null_count == got.column("thinking_tokens").null_count == 2
+    assert rows_sorted(got.select(V2_SCHEMA.names)) == rows_sorted(v2.slice(0, 2))
+    assert read_records(tmp_path, columns=["thinking"]).column("thinking").to_pylist() == [None, None]
+    write_raw(tmp_path, "m1/label--b--00000.parquet", conform(small(n=4)).slice(2, 2))
+    assert read_records(tmp_path).num_rows == 4
+
+
+def test_a_thinking_outcome_outside_the_known_ones_is_refused(tmp_path):
+    bad = conform(small(n=2)).set_column(RECORD_SCHEMA.get_field_index("thinking"), "thinking",
+                                         pa.array(["answered", "pondered"]))
+    write_raw(tmp_path, "m1/part-00000.parquet", bad)
+    with pytest.raises(RecordsError, match=r"thinking, row 1: 'pondered' is not one of none, answered, "
+                                           r"truncated_in_thinking, no_answer_after_thinking"):
+        read_records(tmp_path)
 
 
 def test_a_finish_reason_outside_stop_and_length_is_refused(tmp_path):

@@ -28,6 +28,7 @@ from cube.models_config import models_config
 from cube.paper.book import load_plan
 from cube.records import leakage
 from cube.records.leakage import MARKER, normalize_for_match
+from cube.records.schema import SCHEMA_VERSION
 from cube.records.store import read_manifest, read_records, write_records
 from cube.release import bundle as release
 from tests.record_tables import record, table
@@ -229,9 +230,9 @@ def test_manifest_describes_models_protocols_items_and_licences(
     records = read_records(tmp_path / "records")
 
     assert manifest["bundle_schema"] == release.BUNDLE_SCHEMA
-    assert manifest["records_schema"] == "cube.records/2"  # the bundle rewrites every record (scrubbed): schema 2
+    assert manifest["records_schema"] == SCHEMA_VERSION  # the bundle rewrites every record (scrubbed): this schema
     assert {pq.read_schema(p).metadata[b"cube.schema"] for p in (result.bundle / "records").glob("*/*.parquet")} == {
-        b"cube.records/2"}
+        SCHEMA_VERSION.encode()}
     assert manifest["n_records"] == records.num_rows
     # protocols: every (scorer, label set, context, shots, order) with its count, computed naively
     naive: dict[tuple, int] = {}

@@ -24,7 +24,7 @@ from cube.protocol.items import Item
 from cube.records.leakage.audit import TextHit, audit_texts
 from cube.records.leakage.index import LeakageIndex
 from cube.records.leakage.scrubbing import scrub
-from cube.records.schema import FINISH_REASONS, FREE_TEXT_COLUMNS, SCORER_NAMES
+from cube.records.schema import FINISH_REASONS, FREE_TEXT_COLUMNS, SCORER_NAMES, THINKING_OUTCOMES
 
 # The leakage audit scans EVERY string and binary column, identifiers included: a writer (or an
 # adversary) can put text in any of them, and tie_groups once carried planted text through audit,
@@ -47,6 +47,8 @@ ID_FORMS = {
     # schema 2 (issue 33): the precision a record was scored in, and why a generation ended
     "dtype": r"^(?:bfloat16|float16|float32)$",
     "finish_reason": "^(?:" + "|".join(FINISH_REASONS) + ")$",
+    # schema 3 (issue 49): what a reasoning checkpoint's thinking block did
+    "thinking": "^(?:" + "|".join(THINKING_OUTCOMES) + ")$",
 }
 
 

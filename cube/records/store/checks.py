@@ -16,13 +16,13 @@ from cube.records.schema import (
     KEY_COLUMNS,
     RECORD_SCHEMA,
     SCHEMA_METADATA_KEY,
-    SCHEMA_V1,
+    ADDED_COLUMNS,
     SCHEMA_VERSION,
+    SCHEMAS,
     SCORER_NAMES,
     FINISH_REASONS,
-    V1_SCHEMA,
-    V2_COLUMNS,
-    migrate_v1,
+    THINKING_OUTCOMES,
+    migrate,
 )
 from cube.records.store.layout import QHASH_PATTERN
 from cube.records.store.grouping import column_codes, group_ids
@@ -43,12 +43,13 @@ def _check_schema(schema: pa.Schema, where: str) -> str:
     if version is None:
         raise RecordsError(f"{where}: no {SCHEMA_METADATA_KEY.decode()} in the file metadata")
     text = version.decode("utf-8", "replace")
-    if text not in (SCHEMA_VERSION, SCHEMA_V1):
+    if text not in SCHEMAS:
+        older = " nor ".join(repr(v) for v in SCHEMAS if v != SCHEMA_VERSION)
         raise RecordsError(
-            f"{where}: schema version {text!r} is not {SCHEMA_VERSION!r} (nor {SCHEMA_V1!r}, which is "
+            f"{where}: schema version {text!r} is not {SCHEMA_VERSION!r} (nor {older}, which are "
             "read forward)"
         )
-    expected = RECORD_SCHEMA if text == SCHEMA_VERSION else V1_SCHEMA
+    expected = SCHEMAS[text]
     present = {f.name: f for f in schema}
     for field in expected:
         if field.name not in present:
@@ -130,11 +131,20 @@ def _check_values(table: pa.Table, where: str) -> None:
         if row is not None:
             raise RecordsError(f"{where}: column finish_reason, row {row}: {reason[row].as_py()!r} is not one of "
                                f"{', '.join(FINISH_REASONS)}")
-    if "gen_tokens" in table.column_names:
-        counts = table.column("gen_tokens").to_numpy(zero_copy_only=False)
-        row = _first(np.nan_to_num(counts.astype(np.float64), nan=0.0) < 0)
+    if "thinking" in table.column_names:
+        outcome = table.column("thinking")
+        known = ~outcome.is_null().to_numpy(zero_copy_only=False)
+        ok = pc.is_in(outcome, value_set=pa.array(THINKING_OUTCOMES)).to_numpy(zero_copy_only=False)
+        row = _first(known & ~ok)
         if row is not None:
-            raise RecordsError(f"{where}: column gen_tokens, row {row}: {int(counts[row])} is not a token count")
+            raise RecordsError(f"{where}: column thinking, row {row}: {outcome[row].as_py()!r} is not one of "
+                               f"{', '.join(THINKING_OUTCOMES)}")
+    for name in ("gen_tokens", "thinking_tokens"):
+        if name in table.column_names:
+            counts = table.column(name).to_numpy(zero_copy_only=False)
+            row = _first(np.nan_to_num(counts.astype(np.float64), nan=0.0) < 0)
+            if row is not None:
+                raise RecordsError(f"{where}: column {name}, row {row}: {int(counts[row])} is not a token count")
 
     gold, pred = _np(table, "gold").astype(np.int64), _np(table, "pred").astype(np.int64)
     row = _first((gold < 0) | (gold >= n_options))
@@ -313,18 +323,18 @@ def _read_shard(path: Path, name: str, columns: list[str] | None, dtype: str | N
     """One shard as a reader reads it: the schema checked from the footer, the model against its folder
     (here beside the checks, so that a resume (``cells.shard_problem``) makes them too).
 
-    A schema-1 shard is read forward (``migrate_v1``) with ``dtype``, the precision its store
-    recorded for it (``store.read.recorded_dtypes``; None: not recorded).
+    A schema-1 or -2 shard is read forward (``migrate``), a schema-1 one with ``dtype``, the precision
+    its store recorded for it (``store.read.recorded_dtypes``; None: not recorded).
 
-    ``cell_dtype``: the precision the manifest's cell configuration records; a schema-2 shard
-    whose records say another (or none) is refused, so that the precision guard of a paired
-    comparison is not told one thing by the records and another by the manifest."""
+    ``cell_dtype``: the precision the manifest's cell configuration records; a shard whose records
+    say another (or none) is refused, so that the precision guard of a paired comparison is not told
+    one thing by the records and another by the manifest."""
     try:
         parquet = pq.ParquetFile(path)
         version = _check_schema(parquet.schema_arrow, name)
-        if version == SCHEMA_V1:
-            old = None if columns is None else [c for c in columns if c not in V2_COLUMNS]
-            table = migrate_v1(parquet.read(columns=old), dtype)
+        if version != SCHEMA_VERSION:
+            old = None if columns is None else [c for c in columns if c not in ADDED_COLUMNS[version]]
+            table = migrate(parquet.read(columns=old), version, dtype)
             if columns is not None:
                 table = table.select(columns)
         else:

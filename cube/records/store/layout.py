@@ -23,4 +23,5 @@ QHASH_PATTERN = r"^[0-9a-f]{16}$"
 ESSENTIAL_COLUMNS = (
     *KEY_COLUMNS, "qhash", "benchmark", "subject", "gold", "pred", "correct", "parse_failed",
     "tied", "tie_groups", "scores", "dtype",
+    "thinking",  # a no-answer generation's cause (schema 3): rescore's and explain's thinking shares
 )

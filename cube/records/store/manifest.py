@@ -17,7 +17,7 @@ except ImportError:  # pragma: no cover
 from cube.atomic import atomic_write_text
 from cube.errors import RecordsError, StoreBusy
 from cube.files import read_json
-from cube.records.schema import SCHEMA_V1, SCHEMA_VERSION
+from cube.records.schema import SCHEMAS, SCHEMA_VERSION
 from cube.records.store.layout import (
     MANIFEST_LOCK,
     MANIFEST_NAME,
@@ -45,7 +45,7 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
         raise RecordsError(f"{path}: manifest has no 'files' object")
     version = manifest.get("schema_version")
-    if version not in (SCHEMA_VERSION, SCHEMA_V1):  # a schema-1 store's shards are read forward
+    if version not in SCHEMAS:  # an older store's shards are read forward
         raise RecordsError(
             f"{path}: schema_version {version!r} is not {SCHEMA_VERSION!r}; "
             "these records need the cube version that wrote them"

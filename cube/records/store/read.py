@@ -30,7 +30,7 @@ from cube.records.store.cells import unfinished_cells
 def recorded_dtypes(directory: str | Path, manifest: Mapping) -> dict[str, str]:
     """Shard file -> the precision its store recorded for it: the manifest's cell configuration,
     else the run log line that lists the file (runs from before cells were recorded). What a
-    schema-1 shard, which has no ``dtype`` column, is read forward with (``migrate_v1``)."""
+    schema-1 shard, which has no ``dtype`` column, is read forward with (``migrate``)."""
     from cube.records.provenance import logged_files, read_run_logs
 
     by_cell = {key: str(cell["dtype"]) for key, cell in manifest.get("cells", {}).items() if cell.get("dtype")}

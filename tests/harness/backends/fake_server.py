@@ -59,6 +59,9 @@ class FakeState:
     bodies: list = field(default_factory=list)  # every /v1/completions request body, as sent
     redirect_to: str = ""  # fault redirect: where GET /v1/models is sent (302)
     drip_s: float = 0.5  # fault drip: the model list's answer, one byte every drip_s
+    # Written generations (a reasoning checkpoint's, with thinking blocks): a prompt gets the one its
+    # sha256 picks, cut at max_tokens ("length") or whole ("stop"); empty: the fake model's greedy ids
+    scripts: tuple[str, ...] = ()
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -133,7 +136,24 @@ def _echo_choice(state: FakeState, prompt: str, index: int) -> tuple[dict, int]:
     return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": "length"}, len(ids)
 
 
+def script_of(prompt: str, scripts: tuple[str, ...]) -> str:
+    """The written generation a prompt gets: a fixed function of the prompt, as a model's would be."""
+    return scripts[int.from_bytes(hashlib.sha256(prompt.encode()).digest()[:4], "big") % len(scripts)]
+
+
+def _scripted_choice(state: FakeState, prompt: str, max_tokens: int) -> tuple[dict, int, int]:
+    ids = list(state.tokenizer.encode(prompt).ids)
+    out = list(state.tokenizer.encode(script_of(prompt, state.scripts), add_special_tokens=False).ids)
+    reason = "length" if len(out) > max_tokens else "stop"
+    out = out[:max_tokens]
+    return ({"index": 0, "text": state.tokenizer.decode(out, skip_special_tokens=False), "finish_reason": reason,
+             "logprobs": {"tokens": [f"token_id:{i}" for i in out], "token_logprobs": [-0.1] * len(out)}},
+            len(ids), len(out))
+
+
 def _generate_choice(state: FakeState, prompt: str, max_tokens: int) -> tuple[dict, int, int]:
+    if state.scripts:
+        return _scripted_choice(state, prompt, max_tokens)
     ids = list(state.tokenizer.encode(prompt).ids)
     out = []
     for _ in range(max_tokens):  # greedy on the fake model: the smallest id of the few tried

@@ -331,3 +331,71 @@ def test_error_lines_show_a_digest_of_the_prompt_never_its_text(demo_tokenizer):
         message = str(caught.value)
         assert "text sha256:" in message
         assert not any(ch in message for ch in "问题一加等于几答案"), message
+
+
+# ---- a reasoning checkpoint behind the server (issue 49) ------------------------------------------------
+
+THINKING_SCRIPTS = (
+    "<think>\n先排除A。答案：B？不对。\n</think>\n\n答案：C",  # answered after the block: C, never B
+    "<think>\n" + "考虑答案：A的可能。" * 60,  # cut by the budget inside the block
+    "<think>\n答案：D\n</think>\n\n我不知道。",  # closed, then no answer
+    "答案：A",  # no block at all
+)
+# each script's strict answer and thinking outcome, read off by hand
+THINKING_EXPECTED = {0: (2, "answered"), 1: (-1, "truncated_in_thinking"), 2: (-1, "no_answer_after_thinking"),
+                     3: (0, "none")}
+
+
+def test_a_thinking_checkpoint_is_read_after_its_block_end_to_end(demo_tokenizer, tmp_path, capsys):
+    """cube run on a server whose model thinks: each generation's strict answer and thinking outcome
+    are the ones its script says; the run's table and rescore's rows show the shares of generations
+    cut while thinking and closed without an answer, beside parse failures (which hold them), and a
+    run where most were cut warns once naming the budget to raise."""
+    from cube.cli import main
+
+    out = tmp_path / "out"
+    argv = ["run", "--backend", "openai", "--model", "fake-model", "--tokenizer", DEMO, "--subjects",
+            "anatomy,virology", "--sample", "8", "--label-sets", "L1_halfwidth", "--scorers", "M6-cot",
+            "--max-gen-tokens", "120", "--out", str(out)]
+    with serve(FakeState(demo_tokenizer, scripts=THINKING_SCRIPTS)) as url:
+        assert main([*argv[:3], "--base-url", url, *argv[3:]]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    rows = records_of(out)
+    strict = [r for r in rows if r["scorer"] == "M6-strict"]
+    assert len(strict) == 8
+    seen = set()
+    for r in strict:
+        # which script: the one whose text (or whose first tokens, where it was cut) the record stored
+        script = next(i for i, s in enumerate(THINKING_SCRIPTS) if s == r["generation"] or
+                      (r["finish_reason"] == "length" and s.startswith(r["generation"].rstrip("\ufffd"))))
+        seen.add(script)
+        assert (r["pred"], r["thinking"]) == THINKING_EXPECTED[script], r["generation"]
+        assert r["parse_failed"] == (r["pred"] < 0)
+        # the demo tokenizer spells <think> in several tokens: not counted, never estimated; no block: 0
+        assert r["thinking_tokens"] == (0 if script == 3 else None)
+    assert seen == {0, 1, 2, 3}  # the 8 prompts (a fixed sample) drew every script
+    header = printed[0].split()
+    assert header[-2:] == ["cut-think", "no-ans-think"]
+    from cube.analysis.rescore import rescore
+    from cube.records.store import read_records
+
+    (overall,) = [r for r in rescore(read_records(out), level="overall").rows.to_pylist()
+                  if r["scorer"] == "M6-strict" and r["aggregation"] == "micro"]
+    cut = sum(r["thinking"] == "truncated_in_thinking" for r in strict)
+    closed = sum(r["thinking"] == "no_answer_after_thinking" for r in strict)
+    assert (overall["n_truncated_in_thinking"], overall["n_no_answer_after_thinking"]) == (cut, closed)
+    assert overall["truncated_in_thinking_rate"] == cut / 8
+    assert overall["n_parse_failed"] == cut + closed  # they are no-answer records, of which these say why
+    # `cube rescore` (which reads the essential columns only) shows the same shares beside parse failures
+    assert main(["rescore", str(out)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[1].split()[-2:] == ["cut-think", "no-ans-think"]
+    micro = next(line for line in table if " micro " in line)
+    assert micro.split()[-2:] == [f"{cut / 8:.1%}", f"{closed / 8:.1%}"]
+
+    # a budget too small: every thinking generation cut, one warning naming the option to raise
+    with serve(FakeState(demo_tokenizer, scripts=THINKING_SCRIPTS[1:2])) as url:
+        assert main([*argv[:3], "--base-url", url, *argv[3:-4], "--max-gen-tokens", "16", "--out",
+                     str(tmp_path / "cut")]) == 0
+    warned = [line for line in capsys.readouterr().out.splitlines() if "inside their thinking block" in line]
+    assert len([w for w in warned if "M6-strict" in w]) == 1 and "--max-gen-tokens" in warned[0]
