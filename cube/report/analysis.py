@@ -27,7 +27,7 @@ from cube.analysis.chance import chance_per_record
 from cube.analysis.rescore import CELL_COLUMNS, regression_table, rescore
 from cube.analysis.stats import holm_adjust, mcnemar_power
 from cube.errors import ConfigError, CubeError, PrecisionMismatch
-from cube.protocol.chat import split_context
+from cube.protocol.chat import record_context, split_context
 from cube.records.schema import GENERATION_RECORD_SCORERS, JUDGEMENT_SCORERS, record_names
 from cube.records.store import group_ids, list_matrix
 from cube.report.model import (
@@ -474,7 +474,7 @@ def harness_section(stores: Sequence[LoadedStore], cells_of: Mapping[str, list[C
                     continue
                 specs = [SliceSpec(f"{s.path}:{c.name}", s.path, {
                     "model": model, "scorer": c.scorer, "label_set": c.label_set,
-                    "context": c.cue + ("@chat" if c.chat_template != "none" else ""), "shots": c.shots,
+                    "context": record_context(c.cue, c.chat_template), "shots": c.shots,
                     "order": c.order}, "micro") for s, c in ((a, ca), (b, cb))]
                 try:
                     e = explain_slices(specs[0], specs[1], allow_incomplete=allow_incomplete, B=2000)

@@ -21,7 +21,7 @@ REPORT_VERSION = "cube.report/1"
 # ``chat_template`` are the two halves of the records' ``context`` (``zh_cue@chat``).
 DIMENSIONS = ("scorer", "label_set", "cue", "shots", "order", "chat_template")
 DIMENSION_NAMES = {"scorer": "scorer", "label_set": "label set", "cue": "answer cue / whitespace",
-                   "shots": "number of shots", "order": "option order", "chat_template": "chat template"}
+                   "shots": "number of shots", "order": "option order", "chat_template": "chat template (and thinking)"}
 # What a user adds to `cube run` for a dimension the store does not vary.
 DIMENSION_OPTIONS = {"scorer": "--scorers M1-seq,M1-strict,M6", "label_set": "--label-sets L1_halfwidth,L4_circled",
                      "cue": "--cues zh_cue,en_label_space", "shots": "--shots 0,5",

@@ -14,6 +14,7 @@ from scipy.stats import binomtest
 from cube.cli import main
 from cube.config import REPO_ROOT
 from cube.errors import ConfigError
+from cube.protocol.chat import record_context
 from cube.report.analysis import analyse, minimum_detectable_effect
 from cube.report.model import read_analysis
 
@@ -40,7 +41,7 @@ def test_every_cell_is_cube_rescores_overall_micro_row(archived, capsys):
              for r in rows if r["level"] == "overall" and r["aggregation"] == "micro"}
     assert len(archived.cells) == len(micro) == 100
     for cell in archived.cells:
-        context = cell.cue + ("@chat" if cell.chat_template != "none" else "")
+        context = record_context(cell.cue, cell.chat_template)
         r = micro[(cell.model, cell.scorer, cell.label_set, context, cell.shots, cell.order)]
         assert (cell.n, cell.n_correct, cell.accuracy, cell.ci_lo, cell.ci_hi) == (
             r["n"], r["n_correct"], r["accuracy"], r["ci_lo"], r["ci_hi"])

@@ -65,7 +65,7 @@ def test_run_report_builds_every_page_offline(user_store, capsys):
         assert "Traceback" not in text
     assert (site / "_static" / "vega-bundle.js").is_file()
     sensitivity = (site / "sensitivity.html").read_text(encoding="utf-8")
-    assert "cube-chart" in sensitivity and "chat template: model" in sensitivity
+    assert "cube-chart" in sensitivity and "chat template (and thinking): model" in sensitivity
 
 
 def test_a_second_report_replaces_the_first_and_prints_its_summary(user_store, capsys, tmp_path):
