@@ -84,7 +84,7 @@ def test_a_second_report_replaces_the_first_and_prints_its_summary(user_store, c
 def test_a_merge_of_two_shard_stores_reports_every_item(tmp_path, capsys):
     pytest.importorskip("torch")
     common = ["run", "--model", "smollm2-135m-instruct", "--benchmark", str(FIXTURE), "--label-sets",
-              "A10_halfwidth", "--scorers", "M1-seq"]
+              "A10_halfwidth", "--scorers", "M1-seq", "--shard-size", "4"]  # work for both processes
     shards = [tmp_path / f"shard{k}" for k in range(2)]
     for k, out in enumerate(shards):
         capsys.readouterr()
