@@ -67,7 +67,7 @@ def test_a_claim_that_stops_holding_fails_the_command(cube, tmp_path):
     (["execute", "--only", "01_tokenizer_audit", "--param", "extra_label_sets=[]", "--as", "01_tokenizer_audit"],
      "'01_tokenizer_audit' is one of the book's runs"),
     (["execute", "--param", "scheme=ladder", "--as", "x"], "--only selects"),
-    (["build"], "book/_executed/01_tokenizer_audit.ipynb is missing: run `cube book execute` first"),
+    (["build"], "book/_executed/guide_01_first_run.ipynb is missing: run `cube book execute` first"),  # the plan's first run
 ])
 def test_bad_input_is_one_line_and_exit_2(cube, argv, message):
     code, _, err = cube(*argv)
