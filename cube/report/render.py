@@ -137,15 +137,20 @@ def sensitivity_chart(a: ReportAnalysis, model: str):
                        "accuracy": ref.accuracy, "lo": ref.ci_lo, "hi": ref.ci_hi, "significant": "reference"})
     if not values:
         return None
-    base = alt.Chart(alt.Data(values=values)).encode(y=alt.Y("level:N", title=None))
-    bars = base.mark_rule().encode(x=alt.X("lo:Q", title="accuracy (95% Wilson interval)",
-                                           scale=alt.Scale(zero=False)), x2="hi:Q")
-    points = base.mark_point(filled=True, size=60).encode(
-        x="accuracy:Q", color=alt.Color("significant:N", title=None, legend=alt.Legend(orient="bottom")),
-        tooltip=["dimension:N", "level:N", alt.Tooltip("accuracy:Q", format=".3f")])
-    return (bars + points).properties(width=CHART_WIDTH).facet(
-        row=alt.Row("dimension:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")),
-        title=f"{model}: each cell against the reference").resolve_scale(y="independent")
+    # one layered chart per dimension, stacked (a facet of layers with independent scales makes
+    # vega-lite warn about unioned domains in the console)
+    charts = []
+    for dim in dict.fromkeys(v["dimension"] for v in values):
+        mine = [v for v in values if v["dimension"] == dim]
+        base = alt.Chart(alt.Data(values=mine)).encode(y=alt.Y("level:N", title=None))
+        bars = base.mark_rule().encode(x=alt.X("lo:Q", title="accuracy (95% Wilson interval)",
+                                               scale=alt.Scale(zero=False)), x2="hi:Q")
+        points = base.mark_point(filled=True, size=60).encode(
+            x="accuracy:Q", color=alt.Color("significant:N", title=None, legend=alt.Legend(orient="bottom"),
+                                            scale=alt.Scale(domain=["reference", "Holm p < 0.05", "not"])),
+            tooltip=["level:N", alt.Tooltip("accuracy:Q", format=".3f")])
+        charts.append((bars + points).properties(width=CHART_WIDTH, title=dim))
+    return alt.vconcat(*charts, title=f"{model}: each cell against the reference")
 
 
 def calibration_table(a: ReportAnalysis, model: str) -> str:
