@@ -352,6 +352,21 @@ class Rescored:
     warnings: list[str]
 
 
+def _cells_over(counts: SubjectCounts, part: np.ndarray, threshold: float) -> list[tuple[str, float, int, int]]:
+    """(cell as text, share, count, n) of each cell whose summed ``part`` is more than ``threshold``
+    of its records; a cell whose count is not known (NaN) is never over. The one loop of every
+    per-cell warning below."""
+    n = np.bincount(counts.cell, weights=counts.n, minlength=len(counts.cells))
+    summed = np.bincount(counts.cell, weights=part, minlength=len(counts.cells))
+    over = []
+    for index, key in enumerate(counts.cells):
+        rate = summed[index] / n[index]
+        if np.isfinite(rate) and rate > threshold:
+            cell = ", ".join(f"{name}={value}" for name, value in zip(CELL_COLUMNS, key))
+            over.append((cell, float(rate), int(summed[index]), int(n[index])))
+    return over
+
+
 def parse_failure_warnings(
     counts: SubjectCounts, threshold: float = PARSE_FAILURE_WARNING
 ) -> list[str]:
@@ -359,20 +374,11 @@ def parse_failure_warnings(
 
     Judged per cell (not per subject, where a single failure in 20 items would already trip it).
     """
-    n = np.bincount(counts.cell, weights=counts.n, minlength=len(counts.cells))
-    failed = np.bincount(counts.cell, weights=counts.n_parse_failed, minlength=len(counts.cells))
     scorer_index = CELL_COLUMNS.index("scorer")
-    warnings = []
-    for index, key in enumerate(counts.cells):
-        rate = failed[index] / n[index]
-        if key[scorer_index] in GENERATION_RECORD_SCORERS and rate > threshold:
-            cell = ", ".join(f"{name}={value}" for name, value in zip(CELL_COLUMNS, key))
-            warnings.append(
-                f"WARNING: parse failures {rate:.1%} ({int(failed[index])}/{int(n[index])}) "
-                f"exceed {threshold:.0%} in {cell}; these are counted as not correct and "
-                "reported separately"
-            )
-    return warnings
+    generation = np.array([key[scorer_index] in GENERATION_RECORD_SCORERS for key in counts.cells], dtype=bool)
+    failed = np.where(generation[counts.cell], counts.n_parse_failed, 0)  # scored cells fail no parse
+    return [f"WARNING: parse failures {rate:.1%} ({k}/{n}) exceed {threshold:.0%} in {cell}; these are counted "
+            "as not correct and reported separately" for cell, rate, k, n in _cells_over(counts, failed, threshold)]
 
 
 def thinking_warnings(counts: SubjectCounts, threshold: float = THINKING_TRUNCATION_WARNING) -> list[str]:
@@ -380,19 +386,10 @@ def thinking_warnings(counts: SubjectCounts, threshold: float = THINKING_TRUNCAT
     tokens inside their thinking block: the budget measured, not the model, until it is raised."""
     if counts.n_thinking is None:
         return []
-    n = np.bincount(counts.cell, weights=counts.n, minlength=len(counts.cells))
-    cut = np.bincount(counts.cell, weights=counts.n_thinking[TRUNCATED_IN_THINKING], minlength=len(counts.cells))
-    warnings = []
-    for index, key in enumerate(counts.cells):
-        if np.isnan(cut[index]) or cut[index] / n[index] <= threshold:
-            continue
-        cell = ", ".join(f"{name}={value}" for name, value in zip(CELL_COLUMNS, key))
-        warnings.append(
-            f"WARNING: {cut[index] / n[index]:.1%} ({int(cut[index])}/{int(n[index])}) of the generations in {cell} "
-            "ran out of tokens inside their thinking block (truncated_in_thinking); raise the thinking budget "
-            "(cube run --max-gen-tokens; the cell's max_new_tokens in its store's manifest)"
-        )
-    return warnings
+    return [f"WARNING: {rate:.1%} ({k}/{n}) of the generations in {cell} ran out of tokens inside their thinking "
+            "block (truncated_in_thinking); raise the thinking budget (cube run --max-gen-tokens; the cell's "
+            "max_new_tokens in its store's manifest)"
+            for cell, rate, k, n in _cells_over(counts, counts.n_thinking[TRUNCATED_IN_THINKING], threshold)]
 
 
 def tie_warnings(counts: SubjectCounts, threshold: float = TIE_WARNING) -> list[str]:
@@ -401,18 +398,8 @@ def tie_warnings(counts: SubjectCounts, threshold: float = TIE_WARNING) -> list[
     Such a cell's accuracy is the tie-break rule's (the first tied option wins), not the model's:
     the paper's degenerate first-token cells, where every label starts with the same token id.
     """
-    n = np.bincount(counts.cell, weights=counts.n, minlength=len(counts.cells))
-    tied = np.bincount(counts.cell, weights=counts.n_tied, minlength=len(counts.cells))
-    warnings = []
-    for index, key in enumerate(counts.cells):
-        rate = tied[index] / n[index]
-        if rate > threshold:
-            cell = ", ".join(f"{name}={value}" for name, value in zip(CELL_COLUMNS, key))
-            warnings.append(
-                f"WARNING: tie-breaks decide {rate:.1%} ({int(tied[index])}/{int(n[index])}) of the decisions "
-                f"in {cell}; its accuracy measures the tie-break rule, not the model"
-            )
-    return warnings
+    return [f"WARNING: tie-breaks decide {rate:.1%} ({k}/{n}) of the decisions in {cell}; its accuracy measures "
+            "the tie-break rule, not the model" for cell, rate, k, n in _cells_over(counts, counts.n_tied, threshold)]
 
 
 # A cell more than half of whose decisions a change of layout alone could flip: warned, as ties are.
@@ -424,18 +411,9 @@ def noise_warnings(counts: SubjectCounts, threshold: float = NOISE_WARNING) -> l
     a 135M model in bf16 had 60-87 % of them so and nothing said what to do (issue 45)."""
     if counts.n_within_noise is None:
         return []
-    n = np.bincount(counts.cell, weights=counts.n, minlength=len(counts.cells))
-    within = np.bincount(counts.cell, weights=counts.n_within_noise, minlength=len(counts.cells))
-    warnings = []
-    for index, key in enumerate(counts.cells):
-        if np.isfinite(within[index]) and within[index] > threshold * n[index]:
-            cell = ", ".join(f"{name}={value}" for name, value in zip(CELL_COLUMNS, key))
-            warnings.append(
-                f"WARNING: {within[index] / n[index]:.1%} ({int(within[index])}/{int(n[index])}) of the decisions in "
-                f"{cell} are within its precision's measured noise (a change of batch layout alone can flip them); "
-                "score it again with --dtype float32, whose noise is 10,000 times smaller"
-            )
-    return warnings
+    return [f"WARNING: {rate:.1%} ({k}/{n}) of the decisions in {cell} are within its precision's measured noise "
+            "(a change of batch layout alone can flip them); score it again with --dtype float32, whose noise is "
+            "10,000 times smaller" for cell, rate, k, n in _cells_over(counts, counts.n_within_noise, threshold)]
 
 
 def rescore(
