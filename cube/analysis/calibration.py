@@ -14,8 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from cube.analysis.stats import Binning, expected_calibration_error, reliability_table
-from cube.errors import CubeError
+from cube.analysis.stats import _bin_index, _confidence_and_hits, expected_calibration_error
 
 
 @dataclass(frozen=True)
@@ -25,21 +24,6 @@ class CalibrationInterval:
     hi: float
     n: int
     replicates: int
-
-
-def _bins_and_gaps(probs: np.ndarray, labels: np.ndarray, n_bins: int, binning: Binning) -> tuple[np.ndarray, np.ndarray]:
-    """Each item's bin and its ``hit - confidence``, with the bins of ``reliability_table``."""
-    table = reliability_table(probs, labels, n_bins, binning)  # validates probs and labels
-    conf = probs.max(axis=1)
-    pred = probs.argmax(axis=1)
-    hit = (pred == labels).astype(np.float64)
-    if binning == "width":
-        edges = np.linspace(0.0, 1.0, n_bins + 1)[1:-1]
-        bins = np.searchsorted(edges, conf, side="left")
-    else:  # equal-mass bins are a property of the sample: resampling moves their edges
-        raise CubeError("the ECE interval is defined for equal-width bins only")
-    assert np.array_equal(np.bincount(bins, minlength=n_bins), table["count"])
-    return bins, hit - conf
 
 
 def ece_interval(probs: ArrayLike, labels: ArrayLike, n_bins: int = 10, replicates: int = 1000,
@@ -52,7 +36,8 @@ def ece_interval(probs: ArrayLike, labels: ArrayLike, n_bins: int = 10, replicat
     p = np.asarray(probs, dtype=np.float64)
     y = np.asarray(labels)
     point = expected_calibration_error(p, y, n_bins, "width")
-    bins, gap = _bins_and_gaps(p, y, n_bins, "width")
+    conf, hit = _confidence_and_hits(p, y)  # the ECE's own top option and bins: one definition
+    bins, gap = _bin_index(conf, n_bins, "width"), hit.astype(np.float64) - conf
     n = p.shape[0]
     rng = np.random.default_rng(seed)
     values = np.empty(replicates)

@@ -487,9 +487,9 @@ def harness_section(stores: Sequence[LoadedStore], cells_of: Mapping[str, list[C
 
 
 def flip_section(comparisons: Sequence[Comparison], cells_of: Mapping[str, list[CellScore]],
-                 slices: Callable[[CellScore], pa.Table], texts: Mapping[str, str] | None) -> list[Flips]:
+                 slices: Callable[[CellScore], pa.Table]) -> list[Flips]:
     """Per model, the items that flip between the reference cell and the cell that moves the score
-    most: uid, gold, both predictions; item text only where the user asked (``--show-items``)."""
+    most: uid, gold, both predictions (their text is added by ``analyse`` with ``--show-items``)."""
     out = []
     for model, cells in cells_of.items():
         mine = [c for c in comparisons if c.model == model]
@@ -509,8 +509,7 @@ def flip_section(comparisons: Sequence[Comparison], cells_of: Mapping[str, list[
         subject = np.asarray(ta.column("subject").to_pylist(), dtype=object)[found]
         gold = ta.column("gold").to_numpy()[found]
         pa_, pb_ = ta.column("pred").to_numpy()[found], tb.column("pred").to_numpy()[index_b]
-        items = [Flip(str(uid[i]), str(subject[i]), int(gold[i]), int(pa_[i]), int(pb_[i]),
-                      (texts or {}).get(str(uid[i])) if texts is not None else None)
+        items = [Flip(str(uid[i]), str(subject[i]), int(gold[i]), int(pa_[i]), int(pb_[i]))
                  for i in sorted(flip, key=lambda i: str(uid[i]))[:MAX_FLIPS]]
         out.append(Flips(model, a.name, b.name, int((ca & ~cb).sum()), int((~ca & cb).sum()), items))
     return out
@@ -627,11 +626,12 @@ def analyse(paths: Sequence[str | Path], *, title: str | None = None, reference:
     if not gaps:
         missing["harnesses"] = ("no two stores hold one model; give a store of another harness's run of the same "
                                 "model (cube import lm-eval|opencompass|evalscope|inspect ...)")
-    flips_texts = None
-    flips = flip_section(comparisons, cells_of, slices, None)
-    if show_items:
-        flips_texts = item_texts(show_items, [f.uid for fl in flips for f in fl.items])
-        flips = flip_section(comparisons, cells_of, slices, flips_texts)
+    flips = flip_section(comparisons, cells_of, slices)
+    if show_items:  # the text of the items listed, read once they are known
+        from dataclasses import replace
+
+        texts = item_texts(show_items, [f.uid for fl in flips for f in fl.items])
+        flips = [replace(fl, items=[replace(x, text=texts.get(x.uid)) for x in fl.items]) for fl in flips]
     ranges_sorted = sorted(ranges, key=lambda r: (r.model, r.scorer))
     return ReportAnalysis(
         REPORT_VERSION, title or "Protocol sensitivity report", [str(p) for p in paths], incomplete, chosen, cells,
