@@ -1,10 +1,17 @@
 #!/usr/bin/env python3
-"""Check that cube's imports follow the flow: no import circles, and no stage imports a later one.
+"""Check that cube's imports follow the flow (no import circles, no stage imports a later one) and that no module outgrows 600 lines without a reason.
 
 Every ``import``/``from ... import`` of a cube module counts, wherever it stands: a function-level
 import closes a circle just as surely (it runs later, but the two modules still cannot be read,
 tested or moved apart), and a lazy import of a later stage is still a dependency against the flow.
 Nothing is imported or run: the modules are read with ``ast``.
+
+A module over ``MAX_LINES`` lines usually holds two concerns (issue 50). One that must stay whole
+says why in a line near its top (within its first ``REASON_WITHIN`` lines)::
+
+    # Longer than 600 lines: <why it cannot be split by concern>
+
+and is then only counted, not refused.
 
 Usage: ``scripts/check_imports.py [ROOT]`` (default: this checkout). Exit 0 when clean; otherwise
 one line per problem and exit 1.
@@ -43,6 +50,11 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset({
     # (none left: issue 25's circle 1, records.provenance -> harness.runner, is gone with the
     # run-log migration, scripts/migrate_run_logs.py)
 })
+
+
+MAX_LINES = 600
+REASON_WITHIN = 30
+REASON_MARK = "# Longer than 600 lines:"
 
 
 @dataclass(frozen=True)
@@ -185,6 +197,22 @@ def problems(root: Path, allowed: frozenset[tuple[str, str]] = ALLOWED, stages=S
     return out
 
 
+def too_long(root: Path, max_lines: int = MAX_LINES) -> list[str]:
+    """One line per module over ``max_lines`` lines that does not say near its top why it stays whole."""
+    out = []
+    for module, path in sorted(module_files(root).items()):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        if len(lines) <= max_lines:
+            continue
+        reason = next((line.strip()[len(REASON_MARK):].strip() for line in lines[:REASON_WITHIN]
+                       if line.strip().startswith(REASON_MARK)), "")
+        if not reason:
+            out.append(f"too long: {module} ({path.relative_to(root).as_posix()}) has {len(lines)} lines, over {max_lines}: split it by "
+                       f"concern, or write why it stays whole in a line '{REASON_MARK} ...' within its first "
+                       f"{REASON_WITHIN} lines")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", type=Path, default=Path(__file__).resolve().parent.parent,
@@ -193,14 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.root / "cube").is_dir():
         print(f"check_imports: {args.root} holds no cube/ package", file=sys.stderr)
         return 2
-    found = problems(args.root)
+    found = problems(args.root) + too_long(args.root)
     for line in found:
         print(line)
     n = len(module_files(args.root))
     if found:
-        print(f"{len(found)} import problem(s) in {n} modules", file=sys.stderr)
+        print(f"{len(found)} problem(s) in {n} modules", file=sys.stderr)
         return 1
-    print(f"imports follow the flow: {n} modules, 0 circles, 0 imports of a later stage"
+    print(f"imports follow the flow: {n} modules, 0 circles, 0 imports of a later stage, none over {MAX_LINES} "
+          "lines without a reason"
           + (f" ({len(ALLOWED)} allowed: {', '.join(' -> '.join(a) for a in sorted(ALLOWED))})" if ALLOWED else ""))
     return 0
 

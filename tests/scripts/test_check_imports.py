@@ -69,5 +69,25 @@ def test_a_module_of_no_stage_is_an_error_naming_it(tmp_path):
         check_imports.stage_of("cube.stray", STAGES)
 
 
+def test_a_long_module_is_refused_unless_it_says_why_near_its_top(tmp_path):
+    body = "x = 1\n" * 9
+    root = _package(tmp_path, {
+        "cube/early/__init__.py": "",
+        "cube/early/short.py": body,
+        "cube/early/long.py": body + "y = 2\n",
+        "cube/early/reasoned.py": '"""Doc."""\n# Longer than 600 lines: one table, kept whole\n' + body,
+        "cube/early/late_reason.py": body * 4 + "# Longer than 600 lines: too far down\n",  # past line 30
+    })
+    found = check_imports.too_long(root, max_lines=9)
+    assert [line.split(" has ")[0] for line in found] == [
+        "too long: cube.early.late_reason (cube/early/late_reason.py)",
+        "too long: cube.early.long (cube/early/long.py)",
+    ]
+    assert found[1].startswith("too long: cube.early.long (cube/early/long.py) has 10 lines, over 9: split it")
+    # an empty reason is no reason
+    (root / "cube/early/reasoned.py").write_text("# Longer than 600 lines:\n" + body + body)
+    assert "cube.early.reasoned" in " ".join(check_imports.too_long(root, max_lines=9))
+
+
 def test_cube_itself_has_no_circle_and_no_import_against_the_flow(capsys):
     assert check_imports.main([str(REPO_ROOT)]) == 0, capsys.readouterr().out
