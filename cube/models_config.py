@@ -76,6 +76,11 @@ class StudyCheckpoint:
     family: str
     role: str  # one of ROLES
     revision: str = ""
+    # The model card's word on a reasoning checkpoint (issue 49): where its thinking block ends, when
+    # its tokenizer's added tokens do not say (cube.protocol.thinking), and how many tokens a
+    # generation may spend thinking and answering (``cube run --max-gen-tokens``) in the paper's plan.
+    thinking_markers: tuple[str, str] | None = None
+    thinking_budget: int | None = None
 
 
 @dataclass(frozen=True)
@@ -152,8 +157,16 @@ def _checkpoint(name: str, entry: Any, path: Path, families: Mapping[str, Tokeni
     role = str(entry.get("role", "label"))
     if role not in ROLES:
         raise ConfigError(f"{where} has role {role!r}; known: {', '.join(ROLES)}")
+    markers = entry.get("thinking_markers")
+    if markers is not None and not (isinstance(markers, list) and len(markers) == 2
+                                    and all(isinstance(m, str) and m for m in markers)):
+        raise ConfigError(f"{where}: thinking_markers {markers!r} must be two non-empty strings, e.g. "
+                          "['<think>', '</think>']")
+    budget = entry.get("thinking_budget")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+        raise ConfigError(f"{where}: thinking_budget {budget!r} must be a positive number of tokens")
     return StudyCheckpoint(name, str(entry["hf"]), _known_family(entry, where, families), role,
-                           str(entry.get("revision") or ""))
+                           str(entry.get("revision") or ""), tuple(markers) if markers else None, budget)
 
 
 def _demo_model(name: str, entry: Any, path: Path, families: Mapping[str, TokenizerFamily]) -> ModelSource:

@@ -59,7 +59,9 @@ def register(subparsers) -> None:
 
 
 def run_configs(args: argparse.Namespace):
-    """The RunConfig of each model: the `cube run` options after ``--``, parsed by `cube run`'s parser."""
+    """(the RunConfig of each model, the plan's notes): the `cube run` options after ``--``, parsed by
+    `cube run`'s parser; under ``--paper``, a reasoning checkpoint's thinking handling is read from its
+    template (``cube.harness.reasoning``) and noted."""
     from cube.commands import run as run_command
     from cube.harness.run_config import RunConfig
 
@@ -74,22 +76,27 @@ def run_configs(args: argparse.Namespace):
     if args.paper == bool(args.models):
         raise ConfigError("give --models a,b,... or --paper (the paper's checkpoints), not both")
     if args.paper:
-        from cube.models_config import study_checkpoints
+        from cube.harness.reasoning import paper_thinking
+        from cube.models_config import tokenizer_families, study_checkpoints
 
-        runs = []
+        runs, notes, families = [], {}, tokenizer_families()
         for name, checkpoint in study_checkpoints().items():
             scorers = ",".join(PAPER_SCORERS[checkpoint.role])
             label_sets = ",".join(PAPER_LABEL_SETS if checkpoint.role == "label" else PAPER_LABEL_SETS[:1])
+            thinking = paper_thinking(checkpoint, families[checkpoint.family], extra)
+            if thinking is not None:
+                notes[name] = thinking.note
             namespace = parser.parse_args(["run", "--model", name, "--out", "-", "--scorers", scorers,
-                                           "--label-sets", label_sets, *extra])
+                                           "--label-sets", label_sets, *(thinking.run_args if thinking else ()),
+                                           *extra])
             runs.append(replace(RunConfig.from_cli(namespace), out=None))
-        return runs
+        return runs, notes
     runs = []
     for model in args.models:
         namespace = parser.parse_args(["run", "--model", model, "--out", "-", *extra])
         config = RunConfig.from_cli(namespace)
         runs.append(replace(config, out=None, data=config.data.resolve() if config.data else None))
-    return runs
+    return runs, {}
 
 
 def _size(n: int | None) -> str:
@@ -132,6 +139,8 @@ def print_plan(plan, out=None) -> None:
     if plan.stand_ins:
         print(f"* not here: planned from {len(plan.stand_ins)} stand-in(s) with a demo model's items and cells; "
               "sizes from the name (nominal)", file=out)
+    for note in plan.notes.values():
+        print(f"thinking: {note}", file=out)
     for formula in sorted({j.resources.formula for j in plan.jobs}):
         print(f"estimates: {formula}; weights: {plan.jobs[0].resources.weights}"
               + (" (and likewise for each model)" if len(plan.models) > 1 else ""), file=out)
@@ -140,8 +149,8 @@ def print_plan(plan, out=None) -> None:
 def run_make(args: argparse.Namespace) -> int:
     from cube.harness.plan import SLURM_SCRIPT, make_plan, write_plan
 
-    runs = run_configs(args)
-    plan = make_plan(runs, args.items_per_job, dry_run=args.dry_run)
+    runs, notes = run_configs(args)
+    plan = make_plan(runs, args.items_per_job, dry_run=args.dry_run, notes=notes)
     print_plan(plan)
     if args.dry_run:
         return 0

@@ -160,13 +160,15 @@ def served_settings(model) -> dict:
 
 
 def thinking_markers_of(model, templates: dict):
-    """Where a generation's thinking block ends (``cube.protocol.thinking``): the templates'
+    """Where a generation's thinking block ends (``cube.protocol.thinking``): the model card's
+    ``thinking_markers`` (config/models.yaml, a study checkpoint's entry), else the templates'
     ``generation.thinking_markers`` where they name a pair (a config folder's override), else the
     pair the model's tokenizer has among its added tokens, with their ids (a served model: its local
     tokenizer's, where cube has one), else the default ``<think>``/``</think>`` without ids."""
     from cube.protocol.thinking import DEFAULT_MARKERS, markers_of_card, markers_of_tokenizer
 
-    named = markers_of_card((templates.get("generation") or {}).get("thinking_markers"), "templates generation")
+    named = card_markers(model.name) or markers_of_card((templates.get("generation") or {}).get("thinking_markers"),
+                                                        "templates generation")
     tokenizer = None
     if getattr(model, "kind", None) == "server":
         local = getattr(model, "local", None)
@@ -181,6 +183,17 @@ def thinking_markers_of(model, templates: dict):
     ids = {m: tokenizer.token_to_id(m) for m in (named.open, named.close)}
     return replace(named, open_ids=(ids[named.open],) if ids[named.open] is not None else None,
                    close_ids=(ids[named.close],) if ids[named.close] is not None else None)
+
+
+def card_markers(name: str):
+    """The thinking markers a study checkpoint's entry in config/models.yaml names (its model card), or None."""
+    from cube.models_config import models_config
+    from cube.protocol.thinking import ThinkingMarkers
+
+    checkpoint = models_config().checkpoints.get(name)
+    if checkpoint is None or checkpoint.thinking_markers is None:
+        return None
+    return ThinkingMarkers(*checkpoint.thinking_markers, f"config/models.yaml checkpoint {name}")
 
 
 def chat_template_of(model, config: RunConfig):
@@ -274,4 +287,4 @@ def strict_audit(spec: RunSpec, strict: bool) -> None:
 
 __all__ = ["FIRST_TOKEN_SCORERS", "audit_cells", "build_spec", "chat_forms", "chat_template_of", "check_contexts",
            "degenerate_warnings", "model_of", "served_precision_of", "served_settings", "strict_audit",
-           "thinking_markers_of"]
+           "card_markers", "thinking_markers_of"]

@@ -25,7 +25,7 @@ import math
 import re
 import shlex
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -92,6 +92,9 @@ class Plan:
     cell_configs: dict[str, dict]  # ``<model>/<cell>`` -> the configuration each job must record
     jobs: tuple[PlannedJob, ...]
     stand_ins: tuple[str, ...] = ()  # models planned without their files (dry run only): no identity
+    # model -> why its jobs run as they do where the plan chose a setting for it (the paper's reasoning
+    # checkpoints' thinking, cube.harness.reasoning); printed by `cube plan make`, kept in plan.json
+    notes: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
@@ -239,7 +242,8 @@ def _unit_args(config: RunConfig, unit, shard: tuple[int, int], out: str) -> tup
     return tuple(args)
 
 
-def make_plan(runs: Sequence[RunConfig], items_per_job: int, dry_run: bool = False) -> Plan:
+def make_plan(runs: Sequence[RunConfig], items_per_job: int, dry_run: bool = False,
+              notes: dict[str, str] | None = None) -> Plan:
     """The jobs of every run in ``runs`` (one per model), each at most ``items_per_job`` items of one unit.
 
     A model that cannot be resolved here is planned, in a dry run only, from a demo model's items
@@ -310,7 +314,8 @@ def make_plan(runs: Sequence[RunConfig], items_per_job: int, dry_run: bool = Fal
     settings = {config.model: {k: v for k, v in config.to_log().items() if k not in ("model", "out", "shard")}
                 for config in runs}
     return Plan(version=PLAN_VERSION, code_sha256=code_sha256(), settings=settings, models=tuple(models),
-                n_items=n_items, cell_configs=configs, jobs=tuple(jobs), stand_ins=tuple(stood_in))
+                n_items=n_items, cell_configs=configs, jobs=tuple(jobs), stand_ins=tuple(stood_in),
+                notes=dict(notes or {}))
 
 
 # ---- the plan folder --------------------------------------------------------------------------
