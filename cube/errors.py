@@ -63,3 +63,19 @@ class StoreBusy(RecordsError):
 
 class HarnessImportError(CubeError):
     """Another harness's output (lm-evaluation-harness) is truncated, incomplete, not multiple choice, or names unknown items."""
+
+
+def text_digest(text: str) -> str:
+    """What an error line shows of a prompt, an option or a generation: its length and a digest,
+    never the text (a failed CI log must not carry benchmark text, nor a model's quote of it)."""
+    import hashlib
+
+    return f"text sha256:{hashlib.sha256(text.encode('utf-8')).hexdigest()[:12]} ({len(text)} chars)"
+
+
+def shown_value(value: object, limit: int = 8) -> str:
+    """A bad value as an error line names it: a short one (an answer letter, an index, a split) as it
+    is, anything longer only by its digest (it may be an option's or a generation's text, shifted
+    into the wrong column)."""
+    text = value if isinstance(value, str) else repr(value)
+    return repr(value) if len(text) <= limit else text_digest(text)

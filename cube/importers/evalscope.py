@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from cube.checksums import sha256_file
-from cube.errors import HarnessImportError
+from cube.errors import HarnessImportError, shown_value
 from cube.files import parse_json_lines, read_text
 from cube.importers.contract import (
     CHAT_BY_SERVER,
@@ -406,7 +406,7 @@ def import_subset(subset: SubsetRun, bench: Mapping[str, Any], by_hash: Mapping[
         es_pred = SCORERS[ES_SCORER].score(score.get("extracted_prediction"), LABELS)
         if (es_pred == gold) != bool(value):
             raise HarnessImportError(f"{where}: EvalScope scored {value:g} but its extracted answer "
-                                     f"{score.get('extracted_prediction')!r} against target {target!r} gives "
+                                     f"{shown_value(score.get('extracted_prediction'))} against target {shown_value(target)} gives "
                                      f"{float(es_pred == gold):g}; the review is not of this extraction")
         total += float(value)
         status = str(score.get("status") or "")

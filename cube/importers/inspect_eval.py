@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from cube.checksums import sha256_file
-from cube.errors import HarnessImportError
+from cube.errors import HarnessImportError, shown_value
 from cube.files import MAX_FILE_BYTES, parse_json, read_bytes
 from cube.importers.contract import (
     CHAT_BY_SERVER,
@@ -162,7 +162,7 @@ def _letter(value: Any, where: str, what: str) -> int | None:
         return LABELS.index(value)
     if isinstance(value, str) and all(p.strip() in LABELS for p in value.split(",")):
         return None  # several letters: not one answer
-    raise HarnessImportError(f"{where}: {what} {str(value)[:12]!r} is not one of A-D")
+    raise HarnessImportError(f"{where}: {what} {shown_value(value)} is not one of A-D")
 
 
 @dataclass(frozen=True)
@@ -302,7 +302,7 @@ def import_log(log: InspectLog, items: Sequence[Item], leakage: Any) -> tuple[li
         target = sample.get("target")
         gold = _letter(target[0] if isinstance(target, list) and len(target) == 1 else target, where, "target")
         if gold != item.answer:
-            raise HarnessImportError(f"{where}: the target is {target!r} but item {item.uid} has answer "
+            raise HarnessImportError(f"{where}: the target is {shown_value(target)} but item {item.uid} has answer "
                                      f"{LABELS[item.answer] if item.answer is not None else None}")
         score = (sample.get("scores") or {}).get(SCORE_NAME)
         if not isinstance(score, dict) or score.get("value") not in VALUES:
@@ -311,7 +311,7 @@ def import_log(log: InspectLog, items: Sequence[Item], leakage: Any) -> tuple[li
         _letter(score.get("answer"), where, "the logged answer")
         if (pred == gold) != (score["value"] == "C"):
             raise HarnessImportError(f"{where}: inspect_ai scored {score['value']} but its logged answer "
-                                     f"{score.get('answer')!r} against target {target!r} says otherwise")
+                                     f"{shown_value(score.get('answer'))} against target {shown_value(target)} says otherwise")
         total += VALUES[score["value"]]
         summary.values[score["value"]] = summary.values.get(score["value"], 0) + 1
         output = sample.get("output") or {}

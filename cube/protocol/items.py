@@ -23,7 +23,7 @@ import numpy as np
 
 from cube.checksums import sha256_bytes
 from cube.config import REPO_ROOT
-from cube.errors import ChecksumError, ConfigError, ItemsError
+from cube.errors import ChecksumError, ConfigError, ItemsError, shown_value
 from cube.protocol.installed import MANIFEST_NAME, file_sha256s
 
 ANSWER_LETTERS = ("A", "B", "C", "D")
@@ -170,7 +170,7 @@ def _parse_row_index(path: Path, line: int, value: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise ItemsError(f"{path} line {line}: row id {value!r} is not an integer") from None
+        raise ItemsError(f"{path} line {line}: row id {shown_value(value)} is not an integer") from None
 
 
 def _parse_item_cells(
@@ -187,7 +187,7 @@ def _parse_item_cells(
     if answer == "" and not answer_required:
         return question, options, None
     if answer not in ANSWER_LETTERS:
-        raise ItemsError(f"{where}: answer {cells[5]!r} is not one of A, B, C, D")
+        raise ItemsError(f"{where}: answer {shown_value(cells[5])} is not one of A, B, C, D")
     return question, options, ANSWER_LETTERS.index(answer)
 
 
@@ -340,7 +340,7 @@ def _load_ceval_file(path: Path, subject: str, subject_zh: str, split: str,
         if not answers_public and answer_cell.strip():
             raise ItemsError(
                 f"{path} row {row} (line {line}): split {split!r} has no public answers "
-                f"but the answer column holds {answer_cell!r}"
+                f"but the answer column holds {shown_value(answer_cell)}"
             )
         question, options, answer = _parse_item_cells(
             path, line, row, [*cells[1:6], answer_cell], answer_required=answers_public

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from cube.checksums import sha256_bytes
-from cube.errors import ConfigError, ItemsError
+from cube.errors import ConfigError, ItemsError, shown_value
 from cube.files import parse_json_lines
 from cube.protocol.items import Item
 from cube.protocol.label_sets import MAX_OPTIONS
@@ -244,7 +244,7 @@ def _answer(value: Any, n_options: int, where: str) -> int:
     if value is None or value == "":
         raise ItemsError(f"{where}: field answer is missing")
     if isinstance(value, bool):
-        raise ItemsError(f"{where}: field answer {value!r} is not a letter or a 0-based index")
+        raise ItemsError(f"{where}: field answer {shown_value(value)} is not a letter or a 0-based index")
     if isinstance(value, int):
         index = value
     elif isinstance(value, str) and value.strip() in LETTERS:
@@ -252,9 +252,9 @@ def _answer(value: Any, n_options: int, where: str) -> int:
     elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():  # "²".isdigit()
         index = int(value.strip())
     else:
-        raise ItemsError(f"{where}: field answer {value!r} is not a letter A..J or a 0-based index")
+        raise ItemsError(f"{where}: field answer {shown_value(value)} is not a letter A..J or a 0-based index")
     if not 0 <= index < n_options:
-        raise ItemsError(f"{where}: field answer {value!r} is out of range: the item has {n_options} options "
+        raise ItemsError(f"{where}: field answer {shown_value(value)} is out of range: the item has {n_options} options "
                          f"({LETTERS[0]}..{LETTERS[n_options - 1]}, or 0..{n_options - 1})")
     return index
 

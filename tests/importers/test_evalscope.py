@@ -154,6 +154,21 @@ def test_a_run_whose_files_disagree_is_refused(tmp_path, items, spoil, message):
         _import(folder, items)
 
 
+def test_an_error_line_shows_a_logged_answer_by_its_digest_never_its_text(tmp_path, items):
+    """Issue 48 §4: a model's extracted answer may quote the item; a failed CI log must not carry it."""
+    quote = "这是一段引用了题目原文的很长的回答"
+
+    def spoil(review: dict) -> None:
+        _flip_score(review)
+        review["sample_score"]["score"]["extracted_prediction"] = quote
+
+    folder = _copy(tmp_path)
+    _edit_first_review(folder, spoil)
+    with pytest.raises(HarnessImportError, match="EvalScope scored") as raised:
+        _import(folder, items)
+    assert quote not in str(raised.value) and "text sha256:" in str(raised.value)
+
+
 def test_cube_import_evalscope_writes_the_store_and_reports(tmp_path, capsys, monkeypatch):
     from cube import cli
 

@@ -90,6 +90,16 @@ def test_an_edited_log_is_refused(tmp_path, items, change, message):
         import_runs(read(edited, "ceval").runs, items)
 
 
+def test_an_error_line_shows_a_logged_answer_by_its_digest_never_its_text(tmp_path, items):
+    """Issue 48 §4: a logged answer that is text (it may quote the item) is shown by its digest."""
+    quote = "ANSWER: the option that reads exactly as the question's second option"
+    edited = tmp_path / "edited.json"
+    _rewrite(LOG, edited, lambda sample: sample["scores"]["choice"].update(answer=quote))
+    with pytest.raises(HarnessImportError, match="the logged answer text sha256:") as raised:
+        import_runs(read(edited, "ceval").runs, items)
+    assert quote[:12] not in str(raised.value)
+
+
 def test_an_unfinished_log_a_zstd_eval_and_a_missing_benchmark_are_one_line(tmp_path):
     log = json.loads(LOG.read_text(encoding="utf-8"))
     (tmp_path / "started.json").write_text(json.dumps({**log, "status": "started"}), encoding="utf-8")

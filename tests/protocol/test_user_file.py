@@ -129,6 +129,9 @@ BAD_ROWS = [
     ("eleven options", [{**GOOD, "choices": [str(n) for n in range(11)]}], "row 0: field choices has 11 option(s)"),
     ("absurd size", [{**GOOD, "question": "x" * 100_001}], "row 0: field question has 100,001 characters"),
     ("answer not a label", [{**GOOD, "answer": "two"}], "row 0: field answer 'two' is not a letter A..J"),
+    # an option's text in the answer field is named by its digest, never quoted (issue 48 §4)
+    ("answer is an option's text", [{**GOOD, "answer": "What is 1 + 1"}],
+     f"row 0: field answer text sha256:{hashlib.sha256(b'What is 1 + 1').hexdigest()[:12]} (13 chars) is not a letter"),
 ]
 
 

@@ -15,7 +15,6 @@ is per socket read, so a server dripping one byte every half second never times 
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import ipaddress
 import socket
@@ -140,11 +139,5 @@ def opener(deadline: Deadline) -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(_DeadlineHTTP(deadline), _DeadlineHTTPS(deadline), SameOriginRedirects())
 
 
-def text_digest(text: str) -> str:
-    """What an error line shows of a prompt or option: its length and a digest, never the text
-    (a failed CI log must not carry benchmark text)."""
-    return f"text sha256:{hashlib.sha256(text.encode('utf-8')).hexdigest()[:12]} ({len(text)} chars)"
-
-
 __all__ = ["Deadline", "RedirectRefused", "SameOriginRedirects", "check_key_transport", "is_loopback", "opener",
-           "origin", "text_digest"]
+           "origin"]

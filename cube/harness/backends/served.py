@@ -73,7 +73,8 @@ from cube.harness.backends.base import (
     ScoreRequest,
     finish_reason,
 )
-from cube.harness.backends.http_guard import Deadline, RedirectRefused, check_key_transport, opener, text_digest
+from cube.errors import text_digest
+from cube.harness.backends.http_guard import Deadline, RedirectRefused, check_key_transport, opener
 from cube.harness.backends.served_echo import check_reassembly
 from cube.harness.backends.served_fast import FastPath
 from cube.harness.backends.served_info import ServerError, prefix_cache_counters
@@ -168,7 +169,9 @@ class ServerClient:
         try:
             return json.loads(payload)
         except ValueError:
-            raise ServerError(f"{self.settings.base_url}{path} answered with no JSON: {payload[:80]!r}") from None
+            raise ServerError(f"{self.settings.base_url}{path} answered with no JSON ("
+                              f"{text_digest(payload.decode('utf-8', 'replace'))}; not shown: it may quote the "
+                              "prompt)") from None
 
     def call(self, method: str, path: str, body: dict | None = None) -> dict:
         """The JSON answer of ``method path``; 429, 5xx, timeouts and dropped connections are

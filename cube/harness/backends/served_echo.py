@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import codecs
 
-from cube.harness.backends.http_guard import text_digest
+from cube.errors import text_digest
 from cube.harness.backends.served_info import ServerError
 from cube.protocol.tokenization import common_prefix_len
 

@@ -254,6 +254,14 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.connection.shutdown(2)
             return
+        if state.fault == "not_json":  # an HTML error page quoting the prompt, as some proxies send
+            data = f"<html><body>bad request: {body.get('prompt')}</body></html>".encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if body.get("model") != state.model:
             self._send(404, {"error": {"message": f"model {body.get('model')} does not exist"}})
             return

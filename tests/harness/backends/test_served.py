@@ -324,7 +324,7 @@ def test_the_request_timeout_bounds_the_whole_request_not_each_read(demo_tokeniz
 
 
 def test_error_lines_show_a_digest_of_the_prompt_never_its_text(demo_tokenizer):
-    for fault in ("template", "constant"):
+    for fault in ("template", "constant", "not_json"):
         with serve(FakeState(demo_tokenizer, fault=fault)) as url:
             with pytest.raises(ServerError) as caught:
                 backend_for(url).score(REQUESTS[:1])
