@@ -34,6 +34,7 @@ that ignores the message is refused, and a render is bounded in size and time.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -128,21 +129,67 @@ MAX_RENDER_CHARS = 1_000_000  # a user turn longer than this is a template loopi
 MAX_RENDER_S = 10.0
 
 
+_RENDER = threading.local()  # the render in progress on this thread: its deadline and source
+
+
+class _RenderTooLong(Exception):
+    """Raised inside a render by ``_DeadlineRange`` past its deadline (caught by ``_bounded``)."""
+
+
+class _DeadlineRange:
+    """The sandbox's ``range``: jinja's own (at most 100,000 per call), checking the render's
+    deadline as it is iterated, so that nested loops that write nothing stop too. A range in every
+    other respect (length, indexing, reversal) for the templates that use it so."""
+
+    def __init__(self, *args: int) -> None:
+        from jinja2.sandbox import safe_range
+
+        self._range = safe_range(*args)
+
+    def __len__(self) -> int:
+        return len(self._range)
+
+    def __getitem__(self, index):
+        return self._range[index]
+
+    def __reversed__(self):
+        return self._checked(reversed(self._range))
+
+    def __iter__(self):
+        return self._checked(iter(self._range))
+
+    @staticmethod
+    def _checked(values):
+        import time
+
+        deadline = getattr(_RENDER, "deadline", None)
+        for n, value in enumerate(values):
+            if deadline is not None and n % 256 == 0 and time.monotonic() > deadline:
+                raise _RenderTooLong()
+            yield value
+
+
 def _bounded(compiled, source: str, **context) -> str:
     """The render, streamed and stopped past ``MAX_RENDER_CHARS`` characters or ``MAX_RENDER_S``
-    seconds (nested ``range`` loops rendered 300 MB and crashed the tokenizer library). A loop that
-    writes nothing is bounded only by jinja's own ``range`` limit (100,000 per call)."""
+    seconds (nested ``range`` loops rendered 300 MB and crashed the tokenizer library); a loop that
+    writes nothing is stopped by the sandbox's ``range`` at the same deadline."""
     import time
 
     start, parts, size = time.monotonic(), [], 0
-    for part in compiled.generate(**context):
-        parts.append(part)
-        size += len(part)
-        if size > MAX_RENDER_CHARS or time.monotonic() - start > MAX_RENDER_S:
-            what = f"more than {MAX_RENDER_CHARS:,} characters" if size > MAX_RENDER_CHARS else \
-                f"more than {MAX_RENDER_S:g} s"
-            raise ConfigError(f"the chat template from {source} renders one user turn in {what}: a loop, not a chat; "
-                              "run with --chat-template none")
+    _RENDER.deadline = start + MAX_RENDER_S
+    try:
+        for part in compiled.generate(**context):
+            parts.append(part)
+            size += len(part)
+            if size > MAX_RENDER_CHARS or time.monotonic() - start > MAX_RENDER_S:
+                raise _RenderTooLong()
+    except _RenderTooLong:
+        what = f"more than {MAX_RENDER_CHARS:,} characters" if size > MAX_RENDER_CHARS else \
+            f"more than {MAX_RENDER_S:g} s"
+        raise ConfigError(f"the chat template from {source} renders one user turn in {what}: a loop, not a chat; "
+                          "run with --chat-template none") from None
+    finally:
+        _RENDER.deadline = None
     return "".join(parts)
 
 
@@ -181,6 +228,7 @@ def _compiled(template: str):
     env.filters["tojson"] = tojson
     del env.filters["random"]  # randomness: one template sha256 would give two prompts
     del env.globals["lipsum"]  # random text
+    env.globals["range"] = _DeadlineRange  # a loop that writes nothing stops at the render's deadline
     env.globals["raise_exception"] = raise_exception
     try:
         return env.from_string(template)

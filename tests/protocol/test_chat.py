@@ -123,3 +123,18 @@ def test_a_template_that_loops_is_stopped_at_a_bounded_size():
     loop = "{% for i in range(100000) %}{% for j in range(100000) %}xxxxxxxxxx{% endfor %}{% endfor %}{{ messages[0].content }}"
     with pytest.raises(ConfigError, match=r"renders one user turn in more than 1,000,000 characters"):
         ChatTemplate(loop, "a test template").user_turn("问题")
+
+
+def test_a_loop_that_writes_nothing_is_stopped_at_the_time_bound(monkeypatch):
+    """Nested range loops that write nothing (10^10 iterations) stop at the render's deadline, not
+    after hours; a range still has a length, an index and a reverse for templates that use them."""
+    import cube.protocol.chat as chat
+
+    monkeypatch.setattr(chat, "MAX_RENDER_S", 0.2)
+    silent = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{{ messages[0].content }}"
+    with pytest.raises(ConfigError, match=r"renders one user turn in more than 0.2 s: a loop, not a chat"):
+        ChatTemplate(silent, "a silent loop").user_turn("问题")
+    used = "{{ range(3)|length }}{{ range(5)[2] }}{% for i in range(3)|reverse %}{{ i }}{% endfor %}{{ messages[0].content }}"
+    assert ChatTemplate(used, "a range user").user_turn("问题") == "32210问题"
+    with pytest.raises(ConfigError, match="cannot render a user turn"):  # jinja's own limit still holds
+        ChatTemplate("{% for i in range(10**9) %}{% endfor %}{{ messages[0].content }}", "huge").user_turn("问题")
