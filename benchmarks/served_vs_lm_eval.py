@@ -1,9 +1,11 @@
 """cube's server backend against lm-eval's ``local-completions`` on the same ``vllm serve`` (issue 35 §4).
 
 Both harnesses score the same items (the ones ``cube run --sample N --seed S`` draws) through one
-OpenAI-compatible server, with prompts equal byte for byte (lm-eval runs local tasks built from
-cube's prompts, ``vs_lm_eval.write_lm_eval_tasks``; checked on lm-eval's own request building
-before any timing). They run as interleaved pairs of fresh processes (cube, lm-eval, cube, ...)
+OpenAI-compatible server, with prompts equal byte for byte (lm-eval runs local tasks whose documents
+are the contexts and continuations cube's own runner asks for, ``context_tasks``; checked on
+lm-eval's own request building before any timing). Issue 46's two workloads (``MODES``):
+``letters``, the 4 label sets at 0 shots (M1-seq); ``full``, the 4 label sets at 0 and 5 shots
+plus cloze (M2). They run as interleaved pairs of fresh processes (cube, lm-eval, cube, ...)
 against one server started once, so drift on a shared machine hits both alike. Printed per run:
 wall time of the process, HTTP requests the server answered and prompt tokens it read, with how
 many of those its prefix cache served (vLLM's own counters from ``/metrics``, read before and
@@ -17,12 +19,15 @@ vLLM's ``logprob_token_ids``, sorted so that an item's cells meet in the prefix 
 rest (cloze, multi-token labels) each distinct text once, the context alone included. cube's side
 declares the server's precision (``--server-dtype float32``: ``local_vllm`` serves fp32).
 
-``--competitor``: the pairs run beside two busy processes (a 2-thread competitor for the CPU), as
-issue 46 asks for beside the quiet run. Timings on a machine shared with other work are a
-direction, not a ratio: run it on a quiet machine for the README's figures.
+One server, started once, serves every run; each run starts from an empty prefix cache
+(``/reset_prefix_cache``, vLLM's dev endpoint), so neither harness is served from the other's
+prompts. Each pair runs both modes, quiet and then beside two busy processes (``--conditions``:
+a 2-thread competitor for the CPU), the two harnesses in an order that alternates by pair.
+Timings on a machine shared with other work are a direction, not a ratio: run it on a quiet
+machine for the README's figures.
 
 The lm-eval task files hold benchmark text: they live in a temporary folder removed at the end.
-Not a test: nothing asserts a time. Run: ``python benchmarks/served_vs_lm_eval.py --items 20``.
+Not a test: nothing asserts a time. Run: ``python benchmarks/served_vs_lm_eval.py --items 20 --pairs 2``.
 """
 
 from __future__ import annotations
@@ -51,6 +56,11 @@ BATCH = 16
 METRICS = ("vllm:prompt_tokens_total", "http_requests_total", "vllm:prefix_cache_hits_total")
 
 
+# issue 46's workloads: label sets, shots, cloze too
+LABEL_SETS = ("L1_halfwidth", "L2_fullwidth", "L3_ganzhi", "L4_circled")
+MODES = {"letters": (LABEL_SETS, (0,), False), "full": (LABEL_SETS, (0, 5), True)}
+
+
 def vs_lm_eval():
     """benchmarks/vs_lm_eval.py as a module: its sampling, its byte-equal lm-eval tasks."""
     spec = importlib.util.spec_from_file_location("vs_lm_eval", REPO / "benchmarks" / "vs_lm_eval.py")
@@ -58,6 +68,96 @@ def vs_lm_eval():
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def cube_argv(bench, mode: str, items: int, seed: int, out: Path, data: str | None) -> list[str]:
+    """``cube run``'s arguments for ``mode`` with the fp32 HF config the in-process benchmark uses
+    (its sampling, its context), the label sets, shots and scorers of ``MODES``."""
+    import shlex
+    from dataclasses import replace
+
+    label_sets, shots, cloze = MODES[mode]
+    config = replace(bench.cube_config(MODEL, items, seed, "letters", out, data), label_sets=label_sets,
+                     shots=shots, scorers=("M1-seq", "M2") if cloze else ("M1-seq",))
+    return shlex.split(config.command_line())[1:] + (["--data", data] if data else [])
+
+
+def cube_requests(spec, tokenizer) -> dict[str, dict[str, object]]:
+    """Every log-likelihood request cube's runner makes for ``spec``, by lm-eval task name
+    (``cube_<label set>_<shots>shot``, ``cube_cloze``) and item uid: the runner's own jobs, run
+    against a backend that only records what it is asked."""
+    import numpy as np
+
+    from cube.harness.backends.base import Backend, ContinuationLogprobs, ForwardCounter, plan_request
+    from cube.harness.runner import SCORING_WORK, plan_jobs
+
+    found: dict[str, dict[str, object]] = {}
+
+    class Recorder(Backend):
+        def __init__(self) -> None:
+            self.tokenizer, self.counter, self.job = tokenizer, ForwardCounter(), None
+
+        def score(self, requests, batch_size=16):
+            job, out = self.job, []
+            task = (f"cube_{job.cell.label_set.name.lower()}_{job.cell.shots}shot" if job.kind == "label"
+                    else "cube_cloze")
+            for i, request in enumerate(requests):
+                found.setdefault(task, {})[job.items[i % len(job.items)].uid] = request
+                plan = plan_request(tokenizer, request)
+                out.append([ContinuationLogprobs(c.continuation_ids, np.zeros(len(c.continuation_ids)),
+                                                 c.boundary_merge) for c in plan.continuations])
+            return out
+
+        def generate(self, prompts, max_new_tokens, batch_size=8):
+            raise NotImplementedError("the benchmark scores log-likelihoods only")
+
+    recorder = Recorder()
+    for job in plan_jobs(spec):
+        recorder.job = job
+        recorder.score(SCORING_WORK[job.kind](spec, job).requests)
+    return found
+
+
+def context_tasks(folder: Path, items, requests: dict[str, dict[str, object]]) -> list[str]:
+    """One local lm-eval task per entry of ``cube_requests``: document i is item i, its text cube's
+    context (shots included) and its choices cube's continuations, with no delimiter between them,
+    so lm-eval asks for exactly what cube asks for. The files hold benchmark text: ``folder`` is
+    a scratch folder."""
+    for task, by_uid in requests.items():
+        docs = [{"context": by_uid[it.uid].context, "choices": list(by_uid[it.uid].continuations),
+                 "gold": it.answer} for it in items]
+        data = folder / f"{task}.jsonl"
+        data.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8")
+        config = {"task": task, "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": str(data)}},
+                  "test_split": "test", "output_type": "multiple_choice", "doc_to_text": "{{context}}",
+                  "doc_to_choice": "{{choices}}", "doc_to_target": "{{gold}}", "target_delimiter": "",
+                  "metric_list": [{"metric": "acc"}]}
+        (folder / f"{task}.yaml").write_text(json.dumps(config, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    return sorted(requests)
+
+
+def mismatches(requests: dict[str, dict[str, object]], items, built: dict[str, dict[str, list]]) -> list[str]:
+    """Where lm-eval's (context, continuation) pairs are not cube's, byte for byte (task and doc only)."""
+    problems = []
+    for task, by_uid in requests.items():
+        docs = built.get(task, {})
+        if sorted(docs, key=int) != [str(i) for i in range(len(items))]:
+            problems.append(f"{task}: {len(docs)} docs for {len(items)} items")
+            continue
+        for doc_id, pairs in docs.items():
+            request = by_uid[items[int(doc_id)].uid]
+            if [list(p) for p in pairs] != [[request.context, c] for c in request.continuations]:
+                problems.append(f"{task} doc {doc_id}")
+    return problems
+
+
+def platform_line() -> str:
+    """The CPU the timings were taken on (``lscpu``'s model name and core count)."""
+    import platform
+
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    return f"{model}, {len(os.sched_getaffinity(0))} cores"
 
 
 def server_counters(url: str) -> dict[str, float]:
@@ -87,35 +187,68 @@ def timed(argv: list[str], env: dict, log: Path) -> float:
     return time.perf_counter() - t0
 
 
-def run_pairs(args, bench, folder: Path, scratch: Path, tasks, tasks_dir: Path, python, env: dict) -> list:
-    """The interleaved pairs against one server: (tool, pair, wall seconds, server counters' deltas)."""
+def reset_prefix_cache(url: str) -> None:
+    """Empty the server's prefix cache (vLLM's dev endpoint, ``VLLM_SERVER_DEV_MODE=1``) before each
+    timed run: both harnesses send the same prompts, so the second of a pair would otherwise be
+    served from the first one's cache. Each run's own reuse of its prefixes is what is measured."""
+    request = urllib.request.Request(url[: -len("/v1")] + "/reset_prefix_cache", data=b"", method="POST")
+    for _ in range(20):
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            body = answer.read().decode() or "{}"
+        if json.loads(body).get("success", True):
+            return
+        time.sleep(0.5)
+    raise RuntimeError("the server would not reset its prefix cache")
+
+
+def harness_command(tool: str, mode: str, args, bench, url: str, folder: Path, out: Path, tasks: list[str],
+                    tasks_dir: Path, python) -> list[str]:
+    if tool == "cube":
+        run = cube_argv(bench, mode, args.items, args.seed, out, args.data)
+        run = [a for a in run if a not in ("--dtype", "float32")]
+        run[run.index("--backend") + 1] = "openai"
+        return [sys.executable, "-m", "cube", *run, "--base-url", url, "--concurrency", str(CONCURRENCY),
+                "--server-dtype", "float32"]
+    model_args = (f"model={MODEL},base_url={url}/completions,tokenizer_backend=huggingface,"
+                  f"tokenizer={folder},num_concurrent={CONCURRENCY},max_retries=3")
+    return [str(python), "-m", "lm_eval", "--model", "local-completions", "--model_args", model_args,
+            "--tasks", ",".join(tasks), "--include_path", str(tasks_dir), "--batch_size", str(BATCH),
+            "--output_path", str(out)]
+
+
+def run_pairs(args, bench, folder: Path, scratch: Path, workloads: dict, python, env: dict) -> list:
+    """The interleaved pairs against one server: for each pair, each mode and each condition (quiet,
+    then beside two busy processes), both harnesses, in an order that alternates by pair; each run
+    starts from an empty prefix cache. Rows: (tool, mode, condition, pair, wall s, counters' deltas)."""
     from cube.harness.backends.local_vllm import local_vllm
 
     rows = []
+    os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # /reset_prefix_cache (local_vllm passes the environment on)
     with local_vllm(folder, MODEL, scratch / "server.log", python=VLLM_PYTHON) as url:
         for pair in range(args.pairs):
-            for tool in ("cube", "lm-eval"):
-                out = scratch / f"{tool}-{pair}"
-                if tool == "cube":
-                    run = bench.cube_argv(MODEL, args.items, args.seed, args.mode, out, args.data)
-                    run = [a for a in run if a not in ("--dtype", "float32")]
-                    run[run.index("--backend") + 1] = "openai"
-                    command = [sys.executable, "-m", "cube", *run, "--base-url", url,
-                               "--concurrency", str(CONCURRENCY), "--server-dtype", "float32"]
-                else:
-                    model_args = (f"model={MODEL},base_url={url}/completions,tokenizer_backend=huggingface,"
-                                  f"tokenizer={folder},num_concurrent={CONCURRENCY},max_retries=3")
-                    command = [str(python), "-m", "lm_eval", "--model", "local-completions", "--model_args",
-                               model_args, "--tasks", ",".join(tasks), "--include_path", str(tasks_dir),
-                               "--batch_size", str(BATCH), "--output_path", str(out)]
-                before = server_counters(url)
-                wall = timed(command, env, scratch / f"{tool}-{pair}.log")
-                after = server_counters(url)
-                delta = {k: after[k] - before[k] for k in METRICS}
-                rows.append((tool, pair, wall, delta))
-                print(f"{tool:<8} pair {pair}: {wall:7.1f} s, {delta[METRICS[1]]:6.0f} requests, "
-                      f"{delta[METRICS[0]]:8.0f} prompt tokens read, {delta[METRICS[2]]:8.0f} from the prefix "
-                      "cache", file=sys.stderr)
+            for mode in args.modes:
+                tasks, tasks_dir = workloads[mode]
+                for condition in args.conditions:
+                    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                            for _ in range(2 if condition == "competitor" else 0)]
+                    try:
+                        for tool in (("cube", "lm-eval") if pair % 2 == 0 else ("lm-eval", "cube")):
+                            name = f"{tool}-{mode}-{condition}-{pair}"
+                            command = harness_command(tool, mode, args, bench, url, folder, scratch / name, tasks,
+                                                      tasks_dir, python)
+                            reset_prefix_cache(url)
+                            before = server_counters(url)
+                            wall = timed(command, env, scratch / f"{name}.log")
+                            after = server_counters(url)
+                            delta = {k: after[k] - before[k] for k in METRICS}
+                            rows.append((tool, mode, condition, pair, wall, delta))
+                            print(f"{tool:<8} {mode:<8} {condition:<10} pair {pair}: {wall:7.1f} s, "
+                                  f"{delta[METRICS[1]]:6.0f} requests, {delta[METRICS[0]]:8.0f} prompt tokens read, "
+                                  f"{delta[METRICS[2]]:8.0f} from the prefix cache", file=sys.stderr, flush=True)
+                    finally:
+                        for proc in busy:
+                            proc.kill()
+                            proc.wait()
     return rows
 
 
@@ -124,10 +257,14 @@ def main() -> int:
     parser.add_argument("--items", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pairs", type=int, default=2)
-    parser.add_argument("--mode", default="full", choices=["letters", "cloze", "full"])
+    parser.add_argument("--modes", default="letters,full", help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--data", help="the cmmlu folder (default: cube's lookup)")
-    parser.add_argument("--competitor", action="store_true", help="run the pairs beside two busy processes")
+    parser.add_argument("--conditions", default="quiet,competitor",
+                        help="comma-separated: quiet, competitor (beside two busy processes)")
     args = parser.parse_args()
+    args.modes, args.conditions = args.modes.split(","), args.conditions.split(",")
+    if not set(args.modes) <= set(MODES) or not set(args.conditions) <= {"quiet", "competitor"}:
+        parser.error(f"--modes of {', '.join(MODES)}; --conditions of quiet, competitor")
     if not VLLM_PYTHON.exists():
         print(f"{VLLM_PYTHON} missing: build it with `make vllm-env`", file=sys.stderr)
         return 2
@@ -139,40 +276,47 @@ def main() -> int:
     env = {**os.environ, **bench.OFFLINE,
            "PYTHONPATH": os.pathsep.join([str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     try:
-        argv = bench.cube_argv(MODEL, args.items, args.seed, args.mode, scratch / "probe", args.data)
-        spec = bench.cube_spec(argv)
-        items = list(spec.items)
-        tasks_dir = scratch / "tasks"
-        tasks_dir.mkdir()
-        tasks = bench.write_lm_eval_tasks(tasks_dir, items, args.mode)
         python = bench.lm_eval_python()
-        work = bench.cube_workload(spec, parse_model(MODEL).tokenizer())
-        problems = bench.prompt_mismatches(work, items, bench.lm_eval_requests(python, tasks_dir, tasks))
-        if problems:
-            print(f"prompts differ from cube's: {problems[:5]}", file=sys.stderr)
-            return 1
-        print(f"{len(items)} items, {args.mode}: lm-eval's requests are cube's, byte for byte", file=sys.stderr)
-        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 if args.competitor else 0)]
-        try:
-            rows = run_pairs(args, bench, folder, scratch, tasks, tasks_dir, python, env)
-        finally:
-            for proc in busy:
-                proc.kill()
-                proc.wait()
-        shown = (scratch / "cube-0.log").read_text(errors="replace").replace("\r", "\n").splitlines()
-        print("cube's own output (first pair):", *[f"  {line}" for line in shown if line and "item/s" not in line
-                                                    and "it/s" not in line], sep="\n", file=sys.stderr)
-        med = {}
-        for tool in ("cube", "lm-eval"):
-            mine = [r for r in rows if r[0] == tool]
-            med[tool] = (statistics.median(r[2] for r in mine),
-                         statistics.median(r[3][METRICS[1]] for r in mine),
-                         statistics.median(r[3][METRICS[0]] for r in mine),
-                         statistics.median(r[3][METRICS[0]] - r[3][METRICS[2]] for r in mine))
-        print(json.dumps({"items": len(items), "mode": args.mode, "pairs": args.pairs, "median": med,
-                          "ratio_lm_eval_over_cube": {
-                              name: round(med["lm-eval"][i] / med["cube"][i], 3) if med["cube"][i] else None
-                              for i, name in enumerate(("wall_s", "requests", "prompt_tokens", "computed_tokens"))}},
+        tokenizer = parse_model(MODEL).tokenizer()
+        workloads, n_items = {}, 0
+        for mode in args.modes:
+            spec = bench.cube_spec(cube_argv(bench, mode, args.items, args.seed, scratch / "probe", args.data))
+            items = list(spec.items)
+            n_items = len(items)
+            tasks_dir = scratch / f"tasks-{mode}"
+            tasks_dir.mkdir()
+            requests = cube_requests(spec, tokenizer)
+            tasks = context_tasks(tasks_dir, items, requests)
+            problems = mismatches(requests, items, bench.lm_eval_requests(python, tasks_dir, tasks))
+            if problems:
+                print(f"{mode}: prompts differ from cube's: {problems[:5]}", file=sys.stderr)
+                return 1
+            workloads[mode] = (tasks, tasks_dir)
+            print(f"{len(items)} items, {mode} ({len(tasks)} tasks: {', '.join(tasks)}): lm-eval's requests are "
+                  "cube's, byte for byte", file=sys.stderr)
+        rows = run_pairs(args, bench, folder, scratch, workloads, python, env)
+        first = f"cube-{args.modes[0]}-{args.conditions[0]}-0.log"
+        shown = (scratch / first).read_text(errors="replace").replace("\r", "\n").splitlines()
+        print(f"cube's own output ({first[:-4]}):", *[f"  {line}" for line in shown if line and "item/s" not in line
+                                                      and "it/s" not in line], sep="\n", file=sys.stderr)
+        summary = []
+        for mode in args.modes:
+            for condition in args.conditions:
+                med = {}
+                for tool in ("cube", "lm-eval"):
+                    mine = [r for r in rows if r[:3] == (tool, mode, condition)]
+                    med[tool] = {"wall_s": round(statistics.median(r[4] for r in mine), 1),
+                                 "requests": statistics.median(r[5][METRICS[1]] for r in mine),
+                                 "prompt_tokens": statistics.median(r[5][METRICS[0]] for r in mine),
+                                 "prefix_cache_hits": statistics.median(r[5][METRICS[2]] for r in mine)}
+                summary.append({"mode": mode, "condition": condition, "median": med,
+                                "lm_eval_over_cube_wall": round(med["lm-eval"]["wall_s"] / med["cube"]["wall_s"], 2)})
+                print(f"{mode:<8} {condition:<10} median wall: cube {med['cube']['wall_s']:.1f} s, lm-eval "
+                      f"{med['lm-eval']['wall_s']:.1f} s: cube {summary[-1]['lm_eval_over_cube_wall']:.2f}x as fast; "
+                      f"prefix cache served {med['cube']['prefix_cache_hits']:.0f} of {med['cube']['prompt_tokens']:.0f} "
+                      f"prompt tokens for cube, {med['lm-eval']['prefix_cache_hits']:.0f} of "
+                      f"{med['lm-eval']['prompt_tokens']:.0f} for lm-eval")
+        print(json.dumps({"items": n_items, "pairs": args.pairs, "cpu": platform_line(), "results": summary},
                          indent=1))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -852,3 +852,20 @@ def test_schema_2_columns_are_identifiers_of_a_fixed_form_so_a_release_carries_n
                               pa.array([good.column(column)[0].as_py(), planted, None]))
         with pytest.raises(RecordsError, match=rf"column {column}, row 1: a {len(planted)}-character value"):
             check_id_forms(bad, "records")
+
+
+def test_a_chat_cells_context_is_an_identifier_a_release_keeps():
+    """A record of a chat cell carries zh_cue@chat (and +nothink, +think with --thinking): the
+    release's identifier check took `@` for text and refused every chat store's records."""
+    import pyarrow as pa
+
+    from cube.errors import RecordsError
+    from cube.protocol.chat import CHAT_FORMS, record_context
+    from cube.records.leakage.tables import check_id_forms
+
+    contexts = [record_context("zh_cue", chat) for chat in CHAT_FORMS]
+    assert contexts == ["zh_cue", "zh_cue@chat", "zh_cue@chat+nothink", "zh_cue@chat+think"]
+    check_id_forms(pa.table({"context": contexts}), "records")
+    for planted in ("zh_cue@答案", "zh_cue@chat+maybe", "zh_cue@chat@chat"):
+        with pytest.raises(RecordsError, match="column context, row 0"):
+            check_id_forms(pa.table({"context": [planted]}), "records")

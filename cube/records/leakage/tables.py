@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from cube.errors import CubeError, RecordsError
+from cube.protocol.chat import CHAT_MARK, THINKING_MARKS
 from cube.protocol.items import Item
 from cube.records.leakage.audit import TextHit, audit_texts
 from cube.records.leakage.index import LeakageIndex
@@ -43,7 +44,11 @@ ID_FORMS = {
     "scorer": "^(?:" + "|".join(re.escape(name) for name in SCORER_NAMES) + ")$",
     # an id (or subject, benchmark) not of its form is released escaped, x + 12 hex (cube.release.uids)
     "uid": r"^[a-z0-9_-]{1,32}/[A-Za-z0-9_-]{1,64}/[a-z]{1,16}/(?:[0-9]{1,9}|x[0-9a-f]{12})$",
-    **{name: _NAME for name in ("model", "benchmark", "subject", "label_set", "context", "order")},
+    **{name: _NAME for name in ("model", "benchmark", "subject", "label_set", "order")},
+    # a chat cell's context carries its chat form (cube.protocol.chat.record_context): zh_cue@chat,
+    # zh_cue@chat+nothink, zh_cue@chat+think; the name part as any other name
+    "context": r"^[A-Za-z0-9._+-]{1,64}(?:" + re.escape(CHAT_MARK) + "(?:" + "|".join(
+        re.escape(mark) for mark in THINKING_MARKS.values()) + ")?)?$",
     # schema 2 (issue 33): the precision a record was scored in, and why a generation ended
     "dtype": r"^(?:bfloat16|float16|float32)$",
     "finish_reason": "^(?:" + "|".join(FINISH_REASONS) + ")$",
