@@ -131,7 +131,8 @@ def run_execute(args: argparse.Namespace) -> int:
 def _execute(args: argparse.Namespace) -> int:
     from papermill.exceptions import PapermillExecutionError
 
-    from cube.paper.book import EXECUTED_DIR, execute_notebook, load_plan, missing_data, reader_run, select_runs
+    from cube.paper.execution import execute_notebook, missing_data
+    from cube.paper.plan import EXECUTED_DIR, load_plan, reader_run, select_runs
 
     out_dir = args.out if args.out is not None else EXECUTED_DIR
     overrides = parse_params(args.param)
@@ -161,7 +162,9 @@ def _execute(args: argparse.Namespace) -> int:
 def run_build(args: argparse.Namespace) -> int:
     from cube.config import REPO_ROOT
     from cube.errors import ConfigError
-    from cube.paper.book import EXECUTED_DIR, build_book, html_dir, load_plan, missing_outputs, prepare_assets
+    from cube.paper.book import build_book, html_dir, prepare_assets
+    from cube.paper.execution import missing_outputs
+    from cube.paper.plan import EXECUTED_DIR, load_plan
 
     missing = missing_outputs(load_plan(), EXECUTED_DIR)
     if missing:

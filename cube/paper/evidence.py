@@ -1,4 +1,4 @@
-"""What the verdict builders of :mod:`cube.paper.claims` read, computed from the records.
+"""What the verdict builders (``cube.paper.claims_*``) read, computed from the records.
 
 The builders judge; this module measures: per model the whitespace effect with the interval of
 the exact test, the ECE ratio with a bootstrap interval, the ladder gap of the true/false groups,
@@ -19,7 +19,9 @@ import pyarrow.compute as pc
 from cube.analysis.credit import credit_gap, judgments_from_records
 from cube.analysis.rescore import check_one_precision, one_per_item, select, slice_precision
 from cube.analysis.stats import expected_calibration_error, holm_adjust, mcnemar_exact, mcnemar_interval, mcnemar_power
-from cube.paper.claims import CalibrationRatio, CotComparison, LadderGap, WhitespaceEffect
+from cube.paper.claims_ladder import LadderGap
+from cube.paper.claims_practice import CotComparison
+from cube.paper.claims_whitespace import CalibrationRatio, WhitespaceEffect
 from cube.records.store import list_matrix
 
 
@@ -232,7 +234,7 @@ def shots_comparisons(table: pa.Table, shots: int = 5, protocol: Mapping[str, An
 
 
 def same_item_reference(table: pa.Table, cells: Sequence[Any], protocol: Mapping[str, Any]) -> list[Any]:
-    """Each recovery cell (``claims.RecoveryCell``) with the model's own accuracy under
+    """Each recovery cell (``claims_paper.RecoveryCell``) with the model's own accuracy under
     ``protocol`` (M1-seq on ABCD: labels that do not collide) on the flagged cell's own items,
     and the exact McNemar p of M1-seq there against it: whether sequence scoring recovers all of
     the model's accuracy or only part (issue 33), which the accuracy over the whole sample cannot say."""

@@ -95,7 +95,7 @@ from cube.release.uids import ESCAPE_RULE, release_ids, released_uid
 def __getattr__(name: str) -> Any:
     """``CLAIMS``, once a hand-written list, is now read from the book's plan when asked for."""
     if name == "CLAIMS":
-        from cube.paper.book import load_plan
+        from cube.paper.plan import load_plan
 
         return claims(load_plan())
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -164,7 +164,7 @@ def build_bundle(
     records names that benchmark's terms, not only CMMLU's and C-Eval's.
     """
     from cube.analysis.confirm import model_families
-    from cube.paper.book import load_plan
+    from cube.paper.plan import load_plan
     from cube.records.store import check_items, read_manifest, read_records, unfinished_cells
     from cube.tokenizers.audit import read_prediction
 

@@ -53,7 +53,7 @@ def _book_config(title: str) -> dict:
                  "use_edit_page_button": False},
         "launch_buttons": {"binderhub_url": "", "jupyterhub_url": "", "colab_url": "", "deepnote_url": "",
                            "thebe": False},
-        "sphinx": {"extra_extensions": ["cube.paper.book"], "recursive_update": True, "config": {
+        "sphinx": {"extra_extensions": ["cube.paper.sphinx_extension"], "recursive_update": True, "config": {
             "html_context": {"default_mode": "light"}, "html_show_copyright": False, "html_use_index": False,
             "html_show_sphinx": False, "html_static_path": ["static"],
             "html_js_files": ["vega-bundle.js", "cube-nav.js"], "html_css_files": ["cube.css"]}},
@@ -71,7 +71,7 @@ def _execute(page: str, project: Path) -> Path:
     import nbformat
     import papermill
 
-    from cube.paper.book import quiet_kernel_manager
+    from cube.paper.execution import quiet_kernel_manager
 
     source = project / f".{page}.src.ipynb"
     jupytext.write(jupytext.read(PAGES_DIR / f"{page}.md", fmt="md:myst"), source, fmt="ipynb")

@@ -8,7 +8,7 @@ import pytest
 from cube import cli
 from cube.commands.book import parse_params
 from cube.errors import ConfigError
-from cube.paper import book
+from cube.paper import plan
 
 
 @pytest.fixture
@@ -16,7 +16,7 @@ def cube(monkeypatch, tmp_path, capsys):
     """The real ``cube`` entry point, with the book command, writing into a temp folder."""
     if "cube.commands.book" not in cli.COMMAND_MODULES:  # until the lead registers it
         monkeypatch.setattr(cli, "COMMAND_MODULES", [*cli.COMMAND_MODULES, "cube.commands.book"])
-    monkeypatch.setattr(book, "EXECUTED_DIR", tmp_path / "executed")
+    monkeypatch.setattr(plan, "EXECUTED_DIR", tmp_path / "executed")
 
     def run(*argv: str) -> tuple[int, str, str]:
         code = cli.main(["book", *argv])
@@ -71,7 +71,7 @@ def test_a_claim_that_stops_holding_fails_the_command(cube, tmp_path):
 ])
 def test_bad_input_is_one_line_and_exit_2(cube, argv, message):
     code, _, err = cube(*argv)
-    assert code == 2 and err.startswith("cube: error: ") and message in err.replace(str(book.EXECUTED_DIR), "book/_executed")
+    assert code == 2 and err.startswith("cube: error: ") and message in err.replace(str(plan.EXECUTED_DIR), "book/_executed")
     assert len(err.strip().splitlines()) == 1
 
 

@@ -1,4 +1,5 @@
-"""cube.paper.book: the plan of notebook runs, their execution, and the book's wiring.
+"""The plan of notebook runs (cube.paper.plan), their execution (cube.paper.execution), and the book's
+wiring (cube.paper.book, cube.paper.sphinx_extension).
 
 `make book-test` also runs `pytest --nbval-lax book/_executed/*.ipynb`, which re-executes the
 executed notebooks and compares the outputs of the cells tagged ``nbval-check-output`` (the
@@ -23,18 +24,22 @@ from papermill.exceptions import PapermillExecutionError
 
 from cube.config import REPO_ROOT
 from cube.errors import ChecksumError, ConfigError
-from cube.paper import book
+from cube.paper import book, execution, sphinx_extension
 from cube.paper.book import (
-    EXECUTED_DIR,
     EXTRA_DIR,
     MATHJAX_DIR,
     STATIC_DIR,
-    NotebookRun,
-    declared_parameters,
-    execute_notebook,
     fetch_mathjax,
+)
+from cube.paper.execution import execute_notebook
+from cube.paper.plan import (
+    EXECUTED_DIR,
+    NotebookRun,
+    base_heading,
+    declared_parameters,
     load_plan,
     read_myst_notebook,
+    reader_run,
     select_runs,
     with_parameters,
 )
@@ -106,8 +111,8 @@ def test_every_run_has_a_heading_of_its_own():
     """Two pages with one heading read as one page twice in navigation, prev/next and search."""
     headings = []
     for run in load_plan():
-        nb = book.retitle(read_myst_notebook(run.source), run)
-        headings.append(book.base_heading(nb))
+        nb = execution.retitle(read_myst_notebook(run.source), run)
+        headings.append(base_heading(nb))
         if run.parameters:
             assert run.title and run.summary, run.name
     assert len(set(headings)) == len(headings), headings
@@ -127,7 +132,7 @@ def test_config_renders_pre_executed_notebooks_with_local_assets():
     assert sphinx["html_extra_path"] == [EXTRA_DIR.relative_to(REPO_ROOT).as_posix()]
     # mathjax_path is relative to _static/ in the site; html_extra_path copies EXTRA_DIR to the root
     assert EXTRA_DIR / "_static" / sphinx["mathjax_path"] == MATHJAX_DIR / "tex-chtml.js"
-    assert "cube.paper.book" in CONFIG["sphinx"]["extra_extensions"]
+    assert "cube.paper.sphinx_extension" in CONFIG["sphinx"]["extra_extensions"]
     assert "book/static" in sphinx["html_static_path"] and sphinx["html_css_files"] == ["cube.css"]
     assert "cube-nav.js" in sphinx["html_js_files"]
     assert not (REPO_ROOT / "_static").exists(), "JB1 would inject every script of a root _static/"
@@ -245,10 +250,10 @@ def test_execute_injects_parameters_and_publishes_the_output(tmp_path, invented)
 def test_a_readers_run_is_named_and_never_replaces_a_book_page():
     plan = load_plan()
     audit = select_runs(plan, ["01_tokenizer_audit"])
-    mine = book.reader_run(plan, audit, {"extra_label_sets": ["greek=α,β,γ,δ"]}, "greek")
+    mine = reader_run(plan, audit, {"extra_label_sets": ["greek=α,β,γ,δ"]}, "greek")
     assert [(r.name, r.parameters["extra_label_sets"]) for r in mine] == [("greek", ["greek=α,β,γ,δ"])]
     assert mine[0].title == "Claim 1: the tokenizer audit: a reader's run (greek)"
-    assert book.reader_run(plan, audit, {}, None) == audit
+    assert reader_run(plan, audit, {}, None) == audit
     for name, runs, message in [
         (None, audit, "name it with --as NAME"),
         ("01_tokenizer_audit_roman", audit, "is one of the book's runs"),
@@ -256,9 +261,9 @@ def test_a_readers_run_is_named_and_never_replaces_a_book_page():
         ("a/b", audit, "must be letters"),
     ]:
         with pytest.raises(ConfigError, match=message):
-            book.reader_run(plan, runs, {"extra_label_sets": []}, name)
+            reader_run(plan, runs, {"extra_label_sets": []}, name)
     with pytest.raises(ConfigError, match="a reader's run is one with --param"):
-        book.reader_run(plan, audit, {}, "greek")
+        reader_run(plan, audit, {}, "greek")
 
 
 def test_a_planned_run_with_parameters_needs_a_title(tmp_path, invented):
@@ -271,9 +276,9 @@ def test_glued_values_read_back_what_a_notebook_glued(tmp_path, invented):
     source.write_text(INVENTED.replace('print(f"threshold', 'from myst_nb import glue\nglue("t", threshold, display=False)\n'
                                        'glue("s", "4,000", display=False)\nprint(f"threshold'), encoding="utf-8")
     out = execute_notebook(NotebookRun("nb", source), tmp_path)
-    assert book.glued_values(out) == {"t": "3", "s": "4,000"}
+    assert execution.glued_values(out) == {"t": "3", "s": "4,000"}
     with pytest.raises(ConfigError, match="is missing: execute that notebook first"):
-        book.glued_values(tmp_path / "none.ipynb")
+        execution.glued_values(tmp_path / "none.ipynb")
 
 
 def test_a_clean_execution_prints_no_kernel_warning_or_error_and_a_failure_stays_loud(tmp_path, invented, capfd):
@@ -307,7 +312,7 @@ def test_the_leakage_claim_without_benchmark_items_says_so_and_keeps_every_glue_
     monkeypatch.delenv("CUBE_BENCHMARKS", raising=False)
     run = select_runs(load_plan(), ["05_leakage"])[0]
     assert run.requires == ("cmmlu",)
-    reason = book.missing_data(run)
+    reason = execution.missing_data(run)
     assert "cube data fetch cmmlu" in reason
     out = execute_notebook(run, tmp_path / "out")
     nb = nbformat.read(out, as_version=4)
@@ -316,7 +321,7 @@ def test_the_leakage_claim_without_benchmark_items_says_so_and_keeps_every_glue_
     source = run.source.read_text(encoding="utf-8")
     glued = {o["metadata"]["scrapbook"]["name"] for c in nb.cells if c.cell_type == "code"
              for o in c.outputs if "scrapbook" in o.get("metadata", {})}
-    assert glued and glued == set(book._GLUE_KEY.findall(source))
+    assert glued and glued == set(execution._GLUE_KEY.findall(source))
     # what the pages show: no folder of this machine, one sentence under the summary key, and
     # nothing (not a code block of "not run here") where a table is pasted
     shown = json.dumps([(c.source, c.get("outputs", [])) for c in nb.cells])
@@ -326,9 +331,9 @@ def test_the_leakage_claim_without_benchmark_items_says_so_and_keeps_every_glue_
             for o in c.outputs if "scrapbook" in o.get("metadata", {})}
     assert "Not run here" in html["leak_summary"] and "cube data fetch cmmlu" in html["leak_summary"]
     assert all("not run" not in v.lower() for k, v in html.items() if k != "leak_summary")
-    assert book.glued_values(out)["leak_hits"] == book.NOT_RUN
+    assert execution.glued_values(out)["leak_hits"] == execution.NOT_RUN
     monkeypatch.setenv("CUBE_SHARED_BENCHMARKS", str(benchmarks_root))  # wherever the items are here
-    assert book.missing_data(run) is None  # with the items there, the claim runs
+    assert execution.missing_data(run) is None  # with the items there, the claim runs
 
 
 def test_portable_hides_the_folders_of_the_build_machine(monkeypatch, tmp_path):
@@ -336,8 +341,8 @@ def test_portable_hides_the_folders_of_the_build_machine(monkeypatch, tmp_path):
     monkeypatch.delenv("CUBE_BENCHMARKS", raising=False)
     text = (f"looked in {tmp_path}/home/cmmlu (data home), {REPO_ROOT.parent}/shared/benchmarks/cmmlu, "
             f"{REPO_ROOT}/data/records and {Path.home()}/x")
-    assert book.portable(text) == ("looked in $CUBE_DATA/cmmlu (data home), ../shared/benchmarks/cmmlu, "
-                                   "./data/records and ~/x")
+    assert execution.portable(text) == ("looked in $CUBE_DATA/cmmlu (data home), ../shared/benchmarks/cmmlu, "
+                                             "./data/records and ~/x")
 
 
 def test_requires_names_a_known_benchmark(tmp_path, invented):
@@ -386,7 +391,7 @@ def test_page_assets_are_deduplicated_keeping_the_first():
     scripts = [_JavaScript("", body=inline), _JavaScript("_static/a.js"), _JavaScript(None, body=inline, priority=600),
                _JavaScript("_static/a.js", defer="defer"), _JavaScript("_static/a.js")]
     context = {"script_files": scripts}
-    book._dedupe_page_assets(None, "page", "page.html", context, None)
+    sphinx_extension._dedupe_page_assets(None, "page", "page.html", context, None)
     assert context["script_files"] == [scripts[0], scripts[1], scripts[3]]
 
 
@@ -430,9 +435,9 @@ def test_search_text_is_the_article_with_its_anchors_and_nothing_else():
             '<section id="claim-3"><h2>Claim 3<a class="headerlink" href="#claim-3">#</a></h2>'
             '<p>footrule &lt; 0.5</p><div class="cube-chart" id="c"></div><script>var spec = 1;</script>'
             '<p>next</p></section></article></main>')
-    text = book.search_text(page)
+    text = sphinx_extension.search_text(page)
     assert text == '<div role="main"><div id="claim-3">Claim 3\nfootrule &lt; 0.5\nnext\n</div></div>'
-    assert book.search_text("<p>no main</p>") == ""
+    assert sphinx_extension.search_text("<p>no main</p>") == ""
 
 
 def test_search_text_leaves_out_a_notebook_cells_source_and_keeps_its_output():
@@ -442,7 +447,7 @@ def test_search_text_leaves_out_a_notebook_cells_source_and_keeps_its_output():
             '<div class="cell_input docutils container"><div class="highlight-ipython3"><pre>p = mcnemar_exact(a, b)</pre>'
             '</div></div></details><div class="cell_output docutils container"><pre>McNemar p = 0.12</pre></div></div>'
             '</article></main>')
-    text = book.search_text(page)
+    text = sphinx_extension.search_text(page)
     assert "mcnemar_exact" not in text and "Show code" not in text
     assert "The exact McNemar test." in text and "McNemar p = 0.12" in text
 

@@ -521,7 +521,7 @@ def test_the_left_navigation_is_reachable(browser, rendered, width):
 
 
 def test_the_paper_page_lists_every_result_with_a_verdict(browser, rendered):
-    from cube.paper.claims import load_paper
+    from cube.paper.citations import load_paper
 
     tools, origin = browser
     url = origin + "book/_executed/00_paper.html"
@@ -541,7 +541,7 @@ def test_the_paper_page_lists_every_result_with_a_verdict(browser, rendered):
 
 
 def test_the_intro_names_the_paper_and_what_ran_here(site):
-    from cube.paper.claims import load_paper
+    from cube.paper.citations import load_paper
 
     text = re.sub(r"<[^>]+>", "", (site / "book" / "intro.html").read_text(encoding="utf-8"))
     first = text[text.index("This book reproduces"):][:900]

@@ -25,7 +25,7 @@ import pytest
 from cube.config import REPO_ROOT
 from cube.errors import CubeError, RecordsError, WriteError
 from cube.models_config import models_config
-from cube.paper.book import load_plan
+from cube.paper.plan import load_plan
 from cube.records import leakage
 from cube.records.leakage import MARKER, normalize_for_match
 from cube.records.schema import SCHEMA_VERSION

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 
 from cube.config import REPO_ROOT
-from cube.paper.book import base_heading, load_plan, read_myst_notebook
-from cube.paper.claims import load_paper
+from cube.paper.plan import base_heading, load_plan, read_myst_notebook
+from cube.paper.citations import load_paper
 from cube.release.claims import CLAIM_DETAILS, claims
 
 

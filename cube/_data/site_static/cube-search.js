@@ -4,8 +4,9 @@
  * from disk may not fetch another file (Chromium: "Cross origin requests are only supported for
  * ..."), so over file:// the results came without snippets and with a console error each. On
  * the search page this script loads the text of every page, which the build wrote beside it
- * (_static/cube-search-pages.js, cube.paper.book.search_text: prose and outputs, no notebook
- * source), and answers those fetches from it, whether the site is opened as files or served.
+ * (_static/cube-search-pages.js, cube.paper.sphinx_extension.search_text: prose and outputs,
+ * no notebook source), and answers those fetches from it, whether the site is opened as files
+ * or served.
  */
 (function () {
   // Served over http(s) too: the snippet Sphinx makes from the fetched page held a notebook
