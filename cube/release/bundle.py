@@ -57,22 +57,18 @@ from cube.files import read_json
 from cube.models_config import ModelsConfig
 from cube.protocol.items import Item
 from cube.records import leakage
-from cube.records.leakage.tables import (  # noqa: F401 (the table audit's names, re-exported from here)
-    ID_FORMS,
-    RowHit,
+from cube.records.leakage.tables import (
     ScrubStats,
     audit_parquet,
     audit_table,
-    check_id_forms,
     describe_hit,
     open_parquet,
     parquet_files,
     scrub_records,
-    text_columns,
 )
 from cube.records.schema import RUNLOG_NAME, SCHEMA_VERSION  # RUNLOG_NAME: the harness's per-model run log
-from cube.records.store import PROTOCOL_COLUMNS, protocols  # noqa: F401 (PROTOCOL_COLUMNS: the bundle's manifest columns)
-from cube.release.claims import CLAIM_DETAILS, Claim, claims, claims_checklist  # noqa: F401 (re-exported)
+from cube.records.store import protocols
+from cube.release.claims import claims, claims_checklist
 from cube.release.layout import (  # noqa: F401 (re-exported)
     BUNDLE_SCHEMA,
     MANIFEST_NAME,

@@ -29,7 +29,7 @@ from cube.paper.plan import load_plan
 from cube.records import leakage
 from cube.records.leakage import MARKER, normalize_for_match
 from cube.records.schema import SCHEMA_VERSION
-from cube.records.store import read_manifest, read_records, write_records
+from cube.records.store import PROTOCOL_COLUMNS, read_manifest, read_records, write_records
 from cube.release import bundle as release
 from tests.record_tables import record, table
 
@@ -236,10 +236,10 @@ def test_manifest_describes_models_protocols_items_and_licences(
     assert manifest["n_records"] == records.num_rows
     # protocols: every (scorer, label set, context, shots, order) with its count, computed naively
     naive: dict[tuple, int] = {}
-    for row in records.select(list(release.PROTOCOL_COLUMNS)).to_pylist():
-        key = tuple(row[c] for c in release.PROTOCOL_COLUMNS)
+    for row in records.select(list(PROTOCOL_COLUMNS)).to_pylist():
+        key = tuple(row[c] for c in PROTOCOL_COLUMNS)
         naive[key] = naive.get(key, 0) + 1
-    assert {tuple(p[c] for c in release.PROTOCOL_COLUMNS): p["records"]
+    assert {tuple(p[c] for c in PROTOCOL_COLUMNS): p["records"]
             for p in manifest["protocols"]} == naive
     own = bench.own
     assert manifest["items"] == {"cmmlu": {"test": len(own)}}
