@@ -1,13 +1,18 @@
-"""The served backend's fast path: a label that is one token in context is read from one
-next-token request, served by the server's prefix cache (issue 46 §1, §2).
+"""The served backend's fast path: a label's tokens in context are read from next-token requests,
+served by the server's prefix cache (issue 46 §1, §2).
 
 Why: the echo path (``ServedBackend.echo``) asks for every prompt token's log-probability, which
 vLLM computes outside its prefix cache (vllm#17251, #23399), and echoes each context alone to find
 the option's tokens: an item's shared question is recomputed for every label of every cell, and
-lm-eval's ``local-completions`` was faster on the same server. Where every option of a request is
-one token after the same context tokens (the in-context rule, ``cube.protocol.tokenization``, on
-cube's copy of the tokenizer, which the run's audit found equal to the server's id for id), one
-``/v1/completions`` request per (item, cell) gives all of them:
+lm-eval's ``local-completions`` was faster on the same server. Where every option of a request
+follows the same context tokens (the in-context rule, ``cube.protocol.tokenization``, on cube's
+copy of the tokenizer, which the run's audit found equal to the server's id for id) and is at most
+``MAX_LABEL_TOKENS`` tokens, the options' tokens form a tree below the context: one next-token
+prompt per node of it (the context; then the context and each label's tokens so far, where labels
+are several tokens, as ①-④ or Ａ-Ｄ sharing a first byte token are) gives every token's
+log-probability given the tokens before it, exactly what the echo path reads, and every prompt
+after the first is served from the prefix cache. A one-token label set is one prompt per (item,
+cell):
 
 - the prompt is the context's token ids (the OpenAI API takes a list of ints), so nothing is
   tokenized on the server and the option's token is known without an echo;
@@ -47,6 +52,7 @@ from cube.protocol.tokenization import tokens_in_context
 
 TOKEN_ID_KEY = re.compile(r"token_id:(-?\d+)")
 PROMPTS_PER_REQUEST = 16  # prompts one request carries, as the echo path's (served.PROMPTS_PER_REQUEST)
+MAX_LABEL_TOKENS = 8  # longer options (cloze's option texts) go the echo path: one echo beats many prompts
 PROBE_REQUESTS = 4  # the requests the probe sends alone, batched and reversed
 # max |difference| of a label's log-probability the probe accepts, by the server's recorded
 # precision: fp32 engines agree to ~1e-4 (README: 3.99e-5 vLLM against HF); bf16 moves scores by up
@@ -61,12 +67,27 @@ class FastPathRefused(Exception):
 
 @dataclass(frozen=True)
 class FastRequest:
-    """One (item, cell) as a next-token request: the context tokens and each option's one token."""
+    """One (item, cell) as next-token requests: the context tokens and each option's tokens after them."""
 
     index: int  # the request's position in the score call
     prompt_ids: tuple[int, ...]  # the tokens every option follows (the full text's, before the option)
-    label_ids: tuple[int, ...]  # one per option
+    label_ids: tuple[tuple[int, ...], ...]  # each option's tokens in context, one or more
     boundary_merge: tuple[bool, ...]  # appending the option re-tokenized the context's end
+
+    def nodes(self) -> dict[tuple[int, ...], tuple[int, ...]]:
+        """Each prompt a label token is read after (the context, then the context and a label's
+        tokens so far), with the ids read there: the tree of the options' tokens."""
+        out: dict[tuple[int, ...], list[int]] = {}
+        for label in self.label_ids:
+            for k, token in enumerate(label):
+                asked = out.setdefault(self.prompt_ids + label[:k], [])
+                if token not in asked:
+                    asked.append(token)
+        return {prompt: tuple(ids) for prompt, ids in out.items()}
+
+    def values(self, read: dict[tuple[int, ...], dict[int, float]]) -> list[list[float]]:
+        """Each option's token log-probabilities from the nodes' answers."""
+        return [[read[self.prompt_ids + label[:k]][token] for k, token in enumerate(label)] for label in self.label_ids]
 
 
 @dataclass
@@ -86,29 +107,41 @@ class ProbeReport:
 
 
 def plan_fast(tokenizer, request: ScoreRequest, index: int) -> FastRequest | None:
-    """``request`` as one next-token request, or None where an option is not one token in context
-    or the options condition on different context tokens (they then go the echo path)."""
+    """``request`` as next-token requests, or None where an option is longer than
+    ``MAX_LABEL_TOKENS`` in context or the options condition on different context tokens (they then
+    go the echo path)."""
     if request.tokenization != "in_context" or not request.continuations:
         return None
     prompt, labels, merges = None, [], []
     for text in request.continuations:
         split = tokens_in_context(tokenizer, request.context, text)
         full = tuple(split.full_ids)
-        if split.prefix_len == 0 or len(full) - split.prefix_len != 1:
+        if split.prefix_len == 0 or not 1 <= len(full) - split.prefix_len <= MAX_LABEL_TOKENS:
             return None
         if prompt is not None and full[:split.prefix_len] != prompt:
             return None
         prompt = full[:split.prefix_len]
-        labels.append(full[-1])
+        labels.append(full[split.prefix_len:])
         merges.append(split.prefix_len < len(split.context_ids))
     return FastRequest(index, prompt, tuple(labels), tuple(merges))
 
 
-def fast_body(batch: list[FastRequest]) -> tuple[dict, tuple[int, ...]]:
-    """The ``/v1/completions`` body of ``batch`` and the label ids it asks for (their union)."""
-    asked = tuple(sorted({t for r in batch for t in r.label_ids}))
-    return ({"prompt": [list(r.prompt_ids) for r in batch], "max_tokens": 1, "temperature": 0.0, "logprobs": 1,
+def fast_body(prompts: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> tuple[dict, tuple[int, ...]]:
+    """The ``/v1/completions`` body of (prompt ids, ids read after it) pairs and the ids it asks
+    for: their union (the field is per request, not per prompt)."""
+    asked = tuple(sorted({t for _, ids in prompts for t in ids}))
+    return ({"prompt": [list(p) for p, _ in prompts], "max_tokens": 1, "temperature": 0.0, "logprobs": 1,
              "logprob_token_ids": list(asked), "return_tokens_as_token_ids": True}, asked)
+
+
+def nodes_of(requests: list[FastRequest]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Every distinct prompt of ``requests``' trees with the ids read after it, sorted by its ids so
+    that an item's cells, and items sharing shots, go together and meet in the prefix cache."""
+    merged: dict[tuple[int, ...], set[int]] = {}
+    for request in requests:
+        for prompt, ids in request.nodes().items():
+            merged.setdefault(prompt, set()).update(ids)
+    return [(prompt, tuple(sorted(merged[prompt]))) for prompt in sorted(merged)]
 
 
 def read_label_logprobs(choice: Any, asked: tuple[int, ...]) -> dict[int, float]:
@@ -139,8 +172,13 @@ def read_label_logprobs(choice: Any, asked: tuple[int, ...]) -> dict[int, float]
 
 
 def max_difference(a: list[list[float]], b: list[list[float]]) -> float:
-    """max |a - b| over two requests' label log-probabilities (same shape)."""
+    """max |a - b| over two lists of log-probabilities (same shape)."""
     return max((abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)), default=0.0)
+
+
+def flat(values: list[list[list[float]]]) -> list[list[float]]:
+    """Each request's options' token log-probabilities as one list (what ``max_difference`` compares)."""
+    return [[v for option in request for v in option] for request in values]
 
 
 class FastPath:
@@ -166,8 +204,8 @@ class FastPath:
         planned = (plan_fast(local, request, k) for k, request in enumerate(requests))
         return [p for p in planned if p is not None]
 
-    def _send(self, batch: list[FastRequest]) -> list[list[float]]:
-        """One HTTP request for ``batch``: each request's label log-probabilities, in its order."""
+    def _send(self, batch: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> list[dict[int, float]]:
+        """One HTTP request for ``batch``'s prompts: the asked ids' log-probabilities after each."""
         where = f"{self.backend.settings.base_url}/completions"
         body, asked = fast_body(batch)
         answer = self.backend.client.completions(body)
@@ -177,13 +215,10 @@ class FastPath:
             raise ServerError(f"{where}: {len(choices) if isinstance(choices, list) else 'no'} choices for "
                               f"{len(batch)} prompts")
         ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
-        values = []
-        for request, choice in zip(batch, ordered):
-            read = read_label_logprobs(choice, asked)
-            values.append([read[t] for t in request.label_ids])
+        values = [read_label_logprobs(choice, asked) for choice in ordered]
         usage = answer.get("usage") if isinstance(answer, dict) else None
         tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        tokens = tokens if isinstance(tokens, int) else sum(len(r.prompt_ids) for r in batch)
+        tokens = tokens if isinstance(tokens, int) else sum(len(p) for p, _ in batch)
         with self.backend._lock:
             served = self.backend.served
             served.requests, served.prompts, served.prompt_tokens = (
@@ -191,6 +226,17 @@ class FastPath:
             served.fast_prompts += len(batch)
             self.backend.counter.forward_tokens += tokens
         return values
+
+    def _read(self, requests: list[FastRequest], reverse: bool = False) -> list[list[list[float]]]:
+        """``requests``' option token log-probabilities from one request per chunk of their nodes
+        (sent in reverse order where asked: the probe's order check)."""
+        nodes = nodes_of(requests)
+        nodes = nodes[::-1] if reverse else nodes
+        read = {}
+        for i in range(0, len(nodes), PROMPTS_PER_REQUEST):
+            chunk = nodes[i:i + PROMPTS_PER_REQUEST]
+            read.update({prompt: got for (prompt, _), got in zip(chunk, self._send(chunk))})
+        return [request.values(read) for request in requests]
 
     def _warn(self, line: str) -> None:
         self.report.warnings.append(line)
@@ -201,17 +247,17 @@ class FastPath:
         report = self.report
         report.requests = len(first)
         try:
-            batched = self._send(first)
+            batched = flat(self._read(first))
         except FastPathRefused as why:
             self.state, report.fast_path = "off", f"off: the server ignores logprob_token_ids ({why})"
             self._warn(f"{self.backend.settings.base_url}: {report.fast_path}; scoring through the echo path")
             return
-        reverse = self._send(first[::-1])[::-1]
-        alone = self._send(first[:1])
+        reverse = flat(self._read(first, reverse=True))
+        alone = flat(self._read(first[:1]))
         self._order_differs(max(max_difference(batched, reverse), max_difference(batched[:1], alone)),
                             "the fast path")
         echoed = self.backend.score_echo([requests[r.index] for r in first])
-        report.fast_vs_echo = max_difference(batched, [[float(c.logprobs[0]) for c in item] for item in echoed])
+        report.fast_vs_echo = max_difference(batched, [[float(v) for c in item for v in c.logprobs] for item in echoed])
         if report.fast_vs_echo > report.tolerance:
             self.state = "off"
             report.fast_path = (f"off: its next-token log-probabilities differ from its echoed ones by "
@@ -250,16 +296,17 @@ class FastPath:
                                 max_difference(values(batched[:1]), values(alone))), "the echo path")
 
     def score(self, fast: list[FastRequest], requests: list[ScoreRequest]) -> dict[int, list[ContinuationLogprobs]]:
-        """The label log-probabilities of ``fast``'s requests by their index in ``requests``; empty
+        """The option log-probabilities of ``fast``'s requests by their index in ``requests``; empty
         where the probe turned the fast path off (they then go the echo path)."""
         fast = sorted(fast, key=lambda r: r.prompt_ids)  # an item's cells, and shared shots, together
         if self.state == "untried" and fast:
-            self._probe(fast[:PROBE_REQUESTS], requests)
+            self._probe(probe_requests(fast), requests)
         if self.state != "on":
             return {}
-        chunks = [fast[i:i + PROMPTS_PER_REQUEST] for i in range(0, len(fast), PROMPTS_PER_REQUEST)]
+        nodes = nodes_of(fast)
+        chunks = [nodes[i:i + PROMPTS_PER_REQUEST] for i in range(0, len(nodes), PROMPTS_PER_REQUEST)]
 
-        def send(chunk: list[FastRequest]) -> list[list[float]]:
+        def send(chunk) -> list[dict[int, float]]:
             try:
                 return self._send(chunk)
             except FastPathRefused as why:  # after a probe that passed: never a silent score
@@ -269,14 +316,24 @@ class FastPath:
 
         with ThreadPoolExecutor(max_workers=self.backend.settings.concurrency) as pool:
             results = list(pool.map(send, chunks))
+        read = {prompt: got for chunk, values in zip(chunks, results) for (prompt, _), got in zip(chunk, values)}
         out = {}
-        for chunk, values in zip(chunks, results):
-            for request, logprobs in zip(chunk, values):
-                out[request.index] = [ContinuationLogprobs((t,), np.asarray([v], dtype=np.float64), merge)
-                                      for t, v, merge in zip(request.label_ids, logprobs, request.boundary_merge)]
-                self.backend.counter.scored_tokens += len(request.label_ids)
+        for request in fast:
+            out[request.index] = [ContinuationLogprobs(tokens, np.asarray(values, dtype=np.float64), merge)
+                                  for tokens, values, merge in zip(request.label_ids, request.values(read),
+                                                                   request.boundary_merge)]
+            self.backend.counter.scored_tokens += sum(len(tokens) for tokens in request.label_ids)
         return out
 
 
-__all__ = ["FastPath", "DEFAULT_PROBE_TOLERANCE", "FastPathRefused", "FastRequest", "PROBE_REQUESTS", "PROBE_TOLERANCE",
-           "ProbeReport", "fast_body", "max_difference", "plan_fast", "read_label_logprobs"]
+def probe_requests(fast: list[FastRequest]) -> list[FastRequest]:
+    """The probe's requests: the first ``PROBE_REQUESTS``, two of them with labels of several tokens
+    where the run has such (so the tree's inner prompts are checked against the echo path too)."""
+    multi = [r for r in fast if any(len(label) > 1 for label in r.label_ids)][:2]
+    single = [r for r in fast if r not in multi][:PROBE_REQUESTS - len(multi)]
+    return sorted(single + multi, key=lambda r: r.prompt_ids)
+
+
+__all__ = ["FastPath", "DEFAULT_PROBE_TOLERANCE", "FastPathRefused", "FastRequest", "MAX_LABEL_TOKENS", "PROBE_REQUESTS",
+           "PROBE_TOLERANCE", "ProbeReport", "fast_body", "flat", "max_difference", "nodes_of", "plan_fast",
+           "probe_requests", "read_label_logprobs"]

@@ -1,5 +1,5 @@
 """The served backend's fast path (issue 46 §1-2; ``cube.harness.backends.served_fast``) against
-the fake server: labels one token in context read from one next-token request per (item, cell)
+the fake server: labels read from next-token requests along their tokens (one per (item, cell) for one-token labels)
 with vLLM's ``logprob_token_ids``, checked against an independent computation (the fake model's
 function of cube's own in-context tokens) and against the echo path; and each way a server can
 break it (the field ignored: other ids, none, its top-k; numbers that differ from its echo; numbers
@@ -10,6 +10,7 @@ silent score.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -56,7 +57,7 @@ def assert_independent(tokenizer, requests, got) -> None:
             assert np.allclose(cont.logprobs, expected, atol=2e-6), text
 
 
-def test_one_token_labels_take_one_next_token_request_each(demo_tokenizer):
+def test_labels_are_read_from_next_token_requests_along_their_tokens(demo_tokenizer):
     state = FakeState(demo_tokenizer)
     requests = LETTERS + REQUESTS
     with serve(state) as url:
@@ -70,12 +71,20 @@ def test_one_token_labels_take_one_next_token_request_each(demo_tokenizer):
                                for b in fast_bodies)  # token ids in, no prompt log-probabilities asked
     report = backend.fast.report
     assert report.fast_path == "on" and report.fast_vs_echo < 1e-5 and report.order == 0.0
-    eligible = [k for k, r in enumerate(requests) if backend.fast.plan([r])]
-    # ABCD after 答案： and after 'Answer: ' (the space merged into ' A'); 甲乙 and ①-④ are several
-    # byte tokens in SmolLM2's vocabulary, and go the echo path
-    assert eligible == [0, 2, 4, 5] and any(c.boundary_merge for c in got[5])
-    main_pass = fast_bodies[-1]["prompt"]  # after the probe: one prompt per eligible request, sorted
-    assert len(main_pass) == len(eligible) and main_pass == sorted(main_pass)
+    planned = [backend.fast.plan([r]) for r in requests]
+    # every option here is at most MAX_LABEL_TOKENS in context: ABCD after 答案： and after 'Answer: '
+    # (the space merged into ' A') one token each; 甲乙, ①-④ and ' three apples' several (byte) tokens
+    # in SmolLM2's vocabulary, read along the tree of their tokens
+    assert all(planned) and any(c.boundary_merge for c in got[5])
+    several = [k for k, plan in enumerate(planned) if any(len(label) > 1 for label in plan[0].label_ids)]
+    assert several and set(several) >= {1, 3, 7}
+    from cube.harness.backends.served_fast import nodes_of
+
+    nodes = nodes_of([plan[0] for plan in planned])
+    assert len(nodes) > len(requests)  # a tree's inner prompts beside each context
+    main_pass = [p for b in fast_bodies[-((len(nodes) + 15) // 16):] for p in b["prompt"]]  # after the probe
+    assert main_pass == [list(prompt) for prompt, _ in nodes] == sorted(main_pass)
+    assert backend.fast.report.requests == 4 and len([r for r in requests if r.continuations]) == 8
     assert logged["server_fast_prompts"] == backend.served.fast_prompts > 0
     assert logged["server_prefix_cache"]["hits"] > 0  # an item's second cell meets its first in the cache
 
@@ -102,13 +111,21 @@ def test_scores_that_move_with_the_batch_are_a_warning_naming_the_size_or_an_err
     with serve(FakeState(demo_tokenizer, fault="batch_dependent")) as url:
         fast_backend(url, demo_tokenizer).score(LETTERS)
         err = capsys.readouterr().err
-        assert "the same requests scored differ by 0.05 batched, reversed and alone (the fast path; tolerance 0.001)" in err
-        with pytest.raises(ServerError, match=r"^--strict-audit: .* differ by 0.05 batched"):
+        # each prompt moved by 0.05 x its place in the request: the probe's prompts (the trees of 4 requests)
+        # batched against reversed differ by 0.05 x (prompts - 1)
+        assert re.search(r"the same requests scored differ by 0\.\d+ batched, reversed and alone \(the fast path; "
+                         r"tolerance 0\.001\)", err)
+        with pytest.raises(ServerError, match=r"^--strict-audit: .* differ by 0\.\d+ batched"):
             fast_backend(url, demo_tokenizer, strict=True).score(LETTERS)
 
 
 def test_a_server_that_stops_honouring_the_field_mid_run_is_one_error(demo_tokenizer):
-    with serve(FakeState(demo_tokenizer, fault="ids_later", fail_after=5)) as url:  # the probe's 2 + 2 + 1 pass
+    from cube.harness.backends.served_fast import nodes_of, plan_fast, probe_requests
+
+    probe = probe_requests(sorted((plan_fast(demo_tokenizer, r, k) for k, r in enumerate(LETTERS)),
+                                  key=lambda r: r.prompt_ids))
+    passed = 2 * len(nodes_of(probe)) + len(nodes_of(probe[:1]))  # the probe's prompts: batched, reversed, alone
+    with serve(FakeState(demo_tokenizer, fault="ids_later", fail_after=passed)) as url:
         backend = fast_backend(url, demo_tokenizer)
         with pytest.raises(ServerError, match="the server stopped honouring logprob_token_ids mid-run"):
             backend.score(LETTERS)
@@ -176,3 +193,16 @@ def test_cube_audit_server_strict_fails_on_scores_that_move_with_the_batch(demo_
                      "--server-dtype", "float32", "--strict-audit"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("cube: error: --strict-audit: ") and "batched, reversed and alone" in last
+
+
+def test_an_option_longer_than_the_limit_goes_the_echo_path(demo_tokenizer):
+    from cube.harness.backends.served_fast import MAX_LABEL_TOKENS, plan_fast
+
+    long = ScoreRequest("问题：一加一等于几？\n答案：", ("一个很长的选项文本，" * 3, "二"))
+    split = tokens_in_context(demo_tokenizer, long.context, long.continuations[0])
+    assert len(split.full_ids) - split.prefix_len > MAX_LABEL_TOKENS
+    assert plan_fast(demo_tokenizer, long, 0) is None
+    with serve(FakeState(demo_tokenizer)) as url:
+        backend = fast_backend(url, demo_tokenizer)
+        got = backend.score([long] + LETTERS)
+    assert_independent(demo_tokenizer, [long] + LETTERS, got)
