@@ -51,7 +51,7 @@ from cube.analysis.explain_selectors import (
     one_cell,
 )
 from cube.analysis.rescore import pair
-from cube.analysis.stats import clustered_bootstrap_ci, mcnemar_exact
+from cube.analysis.paired_tests import clustered_bootstrap_ci, mcnemar_exact
 from cube.errors import ConfigError
 from cube.importers.contract import ScoringProtocol, chat_kind
 from cube.protocol.chat import NO_CHAT

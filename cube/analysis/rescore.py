@@ -36,24 +36,11 @@ import pyarrow.compute as pc
 from scipy.special import bdtr
 
 from cube.analysis.chance import options_per_record
-from cube.analysis.stats import (
-    Binning,
-    NoiseFloor,
-    above_chance_p_per_item,
-    average_ranks,
-    expected_calibration_error,
-    footrule,
-    footrule_has_power,
-    footrule_multiple,
-    footrule_normalisation,
-    footrule_verdict,
-    holm_adjust,
-    mcnemar_exact,
-    mcnemar_interval,
-    paired_noise_floor,
-    stratified_wilson_interval,
-    wilson_interval,
-)
+from cube.analysis.calibration import Binning, expected_calibration_error
+from cube.analysis.footrule import (NoiseFloor, average_ranks, footrule, footrule_has_power, footrule_multiple,
+                                    footrule_normalisation, footrule_verdict, paired_noise_floor)
+from cube.analysis.paired_tests import mcnemar_exact, mcnemar_interval
+from cube.analysis.stats import above_chance_p_per_item, holm_adjust, stratified_wilson_interval, wilson_interval
 from cube.errors import ConfigError, PrecisionMismatch, RecordsError
 from cube.protocol.benchmarks import taxonomy_of as registry_taxonomy
 from cube.protocol.taxonomy import Taxonomy, load_taxonomy
@@ -591,7 +578,7 @@ def regression_table(table_a: pa.Table, table_b: pa.Table, mid_p: bool = False,
 
     Sorted by delta ascending (largest drop on top), then by p-value, then by subject, so the
     subjects that got worse, and most surely so, are what a reader sees first. Each delta gets
-    the exact interval of the same McNemar test (``cube.analysis.stats.mcnemar_interval``: it
+    the exact interval of the same McNemar test (``cube.analysis.paired_tests.mcnemar_interval``: it
     excludes 0 exactly when p < 0.05), which stays valid with the 5-21 items a sampled subject
     has, where a bootstrap of a handful of pairs does not; and ``p_holm``, the p-value
     Holm-adjusted over the subjects: with 67 subjects about 3 unadjusted p-values fall below
@@ -688,7 +675,7 @@ def correct_matrix(table: pa.Table, models: Sequence[str] | None = None) -> Corr
 class RankingShift:
     """Observed between-protocol footrule in units of the comparison's noise floor.
 
-    ``floor`` is the paired floor of both protocols (``cube.analysis.stats.paired_noise_floor``: per
+    ``floor`` is the paired floor of both protocols (``cube.analysis.footrule.paired_noise_floor``: per
     replicate the noisier protocol's footrule, on the same resamples); ``floor_a`` and
     ``floor_b`` are each protocol's own, kept to show how far the verdict would depend on
     which protocol's floor were used.
@@ -730,7 +717,7 @@ def ranking_shift(
     """How far protocol B reorders the models of protocol A, against both protocols' noise.
 
     Both rankings use the same items (those every model answered under both protocols) and
-    integer hit counts, so tied models tie exactly (average ranks, see cube.analysis.stats). The floor
+    integer hit counts, so tied models tie exactly (average ranks, see cube.analysis.footrule). The floor
     is paired: each replicate resamples the common items once and ranks the models under both
     protocols on that draw, so each comparison has its own floor and the verdict does not
     depend on which protocol is called A.

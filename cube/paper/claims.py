@@ -39,8 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from cube.analysis.stats import (above_chance_p, average_ranks, footrule, footrule_has_power, footrule_normalisation,
-                                 footrule_verdict, holm_adjust)
+from cube.analysis.footrule import (average_ranks, footrule, footrule_has_power, footrule_normalisation,
+                                    footrule_verdict)
+from cube.analysis.stats import above_chance_p, holm_adjust
 from cube.config import config_dir, load_yaml
 from cube.errors import ConfigError
 
@@ -672,7 +673,7 @@ def partial_collision(result: PaperResult, prediction: Mapping[str, Any], report
 
 def footrule_row(result: PaperResult, shift: Any | None, name: str) -> Reproduction:
     """A ranking shift against its paired noise floor (``cube.analysis.rescore.ranking_shift``),
-    read by the same :func:`cube.analysis.stats.footrule_verdict` as claim 3's page.
+    read by the same :func:`cube.analysis.footrule.footrule_verdict` as claim 3's page.
 
     Beyond the floor's 95th percentile: reproduced. A floor whose p95 is the largest footrule the
     models can reach, or at least the paper's footrule, could not have shown the paper's shift:
@@ -1047,7 +1048,7 @@ def cot_vs_answer_only(comparisons: Sequence[CotComparison], threshold: float, e
     was found instead: the significant changes, each with its parse-failure rate (issue 47: the
     rule fell through to "no power … no significant difference" beside two significant drops).
     """
-    from cube.analysis.stats import mcnemar_power
+    from cube.analysis.paired_tests import mcnemar_power
 
     mine = [c for c in comparisons if c.extractor == extractor]
     if not mine:

@@ -18,7 +18,9 @@ import pyarrow.compute as pc
 
 from cube.analysis.credit import credit_gap, judgments_from_records
 from cube.analysis.rescore import check_one_precision, one_per_item, select, slice_precision
-from cube.analysis.stats import expected_calibration_error, holm_adjust, mcnemar_exact, mcnemar_interval, mcnemar_power
+from cube.analysis.calibration import expected_calibration_error
+from cube.analysis.paired_tests import mcnemar_exact, mcnemar_interval, mcnemar_power
+from cube.analysis.stats import holm_adjust
 from cube.paper.claims import CalibrationRatio, CotComparison, LadderGap, WhitespaceEffect
 from cube.records.store import list_matrix
 

@@ -18,7 +18,7 @@ from cube.analysis.rescore import (
     rescore,
     select,
 )
-from cube.analysis.stats import footrule_noise_floor
+from cube.analysis.footrule import footrule_noise_floor
 from cube.errors import ConfigError
 from cube.protocol.taxonomy import Taxonomy
 from tests.record_tables import record, scores_for, slice_in, table

@@ -1,4 +1,4 @@
-"""cube.analysis.stats: the tests the verdicts read (Holm, against chance, the McNemar-consistent
+"""cube.analysis.stats, paired_tests and footrule: the tests the verdicts read (Holm, against chance, the McNemar-consistent
 interval, McNemar power, the floor's Monte Carlo error), each against an independent computation."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from scipy.stats import binom, binomtest
 
-from cube.analysis.stats import (above_chance_p, above_chance_p_per_item, footrule_noise_floor, holm_adjust, mcnemar_exact, mcnemar_interval,
-                                 mcnemar_power)
+from cube.analysis.footrule import footrule_noise_floor
+from cube.analysis.paired_tests import mcnemar_exact, mcnemar_interval, mcnemar_power
+from cube.analysis.stats import above_chance_p, above_chance_p_per_item, holm_adjust
 from cube.errors import CubeError
 
 
