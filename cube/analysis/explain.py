@@ -50,7 +50,7 @@ from cube.analysis.explain_selectors import (
     first_cell,
     one_cell,
 )
-from cube.analysis.rescore import pair
+from cube.analysis.paired_slices import pair
 from cube.analysis.paired_tests import clustered_bootstrap_ci, mcnemar_exact
 from cube.errors import ConfigError
 from cube.importers.contract import ScoringProtocol, chat_kind
@@ -540,7 +540,7 @@ def _weights_of(in_set: np.ndarray, subject: np.ndarray, aggregation: str) -> li
 def _records_dtype(table: pa.Table) -> str | None:
     """The precision the records themselves carry (schema 2; a schema-1 shard's from its run log):
     what a cell scored before manifests recorded cells is known by."""
-    from cube.analysis.rescore import slice_precision
+    from cube.analysis.paired_slices import slice_precision
 
     return slice_precision(table)
 

@@ -131,7 +131,7 @@ def incomplete_warnings(path: str) -> list[str]:
 
 
 def _versus_filters(pairs: list[str], base: dict) -> dict:
-    from cube.analysis.rescore import SLICE_FIELDS
+    from cube.analysis.slices import SLICE_FIELDS
     from cube.errors import ConfigError
 
     out = dict(base)
@@ -238,7 +238,10 @@ def no_match(table, filters: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cube.analysis.rescore import calibration, filters_from, regression_table, rescore, select
+    from cube.analysis.calibration import calibration
+    from cube.analysis.paired_slices import regression_table
+    from cube.analysis.rescore import rescore
+    from cube.analysis.slices import filters_from, select
     from cube.errors import ConfigError
 
     table = load(args.records, args, columns=("probs",) if args.calibration else (), allow_incomplete=True)

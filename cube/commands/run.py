@@ -170,7 +170,8 @@ def print_scores(out: Path, spec) -> None:
     columns mean. A generation scorer's cells are its records' (M6 writes M6-strict and
     M6-lenient): they were left out, selected by the scorer's name. The cell column is as wide as
     its longest cell."""
-    from cube.analysis.rescore import rescore, select
+    from cube.analysis.rescore import rescore
+    from cube.analysis.slices import select
     from cube.records.store import read_records
 
     from cube.commands.rescore import (COLUMNS_MEAN, _rate, _share, shows_thinking, thinking_header, thinking_shares,

@@ -672,7 +672,7 @@ def partial_collision(result: PaperResult, prediction: Mapping[str, Any], report
 
 
 def footrule_row(result: PaperResult, shift: Any | None, name: str) -> Reproduction:
-    """A ranking shift against its paired noise floor (``cube.analysis.rescore.ranking_shift``),
+    """A ranking shift against its paired noise floor (``cube.analysis.ranking_shift.ranking_shift``),
     read by the same :func:`cube.analysis.footrule.footrule_verdict` as claim 3's page.
 
     Beyond the floor's 95th percentile: reproduced. A floor whose p95 is the largest footrule the
@@ -734,7 +734,7 @@ class WhitespaceEffect:
     p_value: float
     p_holm: float
     power: float  # of the exact McNemar test at this n against the source's effect
-    precision: str = "not recorded"  # what the pair compares (cube.analysis.rescore.check_one_precision)
+    precision: str = "not recorded"  # what the pair compares (cube.analysis.paired_slices.check_one_precision)
     discordant: int | None = None  # items the two forms get differently (the power's discordance, unless floored)
 
 
@@ -858,7 +858,7 @@ def whitespace_ece(result: PaperResult, ratios: Sequence[CalibrationRatio], n_it
 
 def _precision_note(precision: str) -> str:
     """What a paired figure's text adds about its precision: nothing for one recorded precision,
-    the re-run side otherwise (``cube.analysis.rescore.check_one_precision``). A pair of two
+    the re-run side otherwise (``cube.analysis.paired_slices.check_one_precision``). A pair of two
     precisions is refused, not marked: no page prints one (issue 47)."""
     if precision.startswith("mixed"):
         from cube.errors import PrecisionMismatch

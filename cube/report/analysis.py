@@ -24,7 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cube.analysis.chance import chance_per_record
-from cube.analysis.rescore import CELL_COLUMNS, regression_table, rescore
+from cube.analysis.paired_slices import regression_table
+from cube.analysis.rescore import rescore
+from cube.analysis.slices import CELL_COLUMNS
 from cube.analysis.paired_tests import mcnemar_power
 from cube.analysis.stats import holm_adjust
 from cube.errors import ConfigError, CubeError, PrecisionMismatch
@@ -430,7 +432,7 @@ def rank_section(cells: Sequence[CellScore], slices: Callable[[CellScore], pa.Ta
                  reference: Mapping[str, str], replicates: int, seed: int) -> list[RankShift]:
     """Claim 3's test on the user's models: each protocol shared by two or more models against the
     reference protocol, the footrule set against the paired bootstrap noise floor."""
-    from cube.analysis.rescore import ranking_shift
+    from cube.analysis.ranking_shift import ranking_shift
 
     protocols: dict[tuple, list[CellScore]] = {}
     for c in cells:

@@ -122,7 +122,8 @@ def test_the_floors_monte_carlo_error_is_the_standard_error_of_its_mean():
 
 
 def test_the_ranking_floor_does_not_depend_on_the_order_records_are_read_in():
-    from cube.analysis.rescore import ranking_shift, select
+    from cube.analysis.ranking_shift import ranking_shift
+    from cube.analysis.slices import select
     from cube.config import REPO_ROOT
     from cube.records.store import read_records
 
