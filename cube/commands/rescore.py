@@ -21,24 +21,15 @@ import json
 import sys
 from pathlib import Path
 
+from cube.analysis.cell_table import (COLUMNS_MEAN, rate, share, shows_thinking, thinking_header, thinking_shares,
+                                      with_noise_marks)
 from cube.commands.extras import declare
 from cube.commands.options import comma_list, parse_comma_list
-from cube.protocol.thinking import THINKING_FAILURES
 
 SLICE_OPTIONS = (
     ("model", "--model"), ("scorer", "--scorer"), ("label_set", "--label-set"),
     ("shots", "--shots"), ("order", "--order"), ("context", "--context"),
 )
-
-
-# What the accuracy table's share columns mean: its footer in `cube rescore` and `cube run`, and
-# their --help. The bounds are cube.analysis.noise.DECISION_NOISE's (a test holds them equal; not
-# imported here: --help must not need pyarrow).
-IN_NOISE_MEANS = ("in-noise: the share of a cell's decisions whose margin (top score minus the runner-up) is within "
-                  "its precision's measured noise, so that a change of batch layout alone can flip them (bf16 0.454 "
-                  "nats, fp32 3.3e-5; ties and generations apart; '-' not known); most of them so: score in float32 "
-                  "(--dtype float32)")
-COLUMNS_MEAN = f"tied: decisions a tie-break made; parse-fail: generations no extractor could read; {IN_NOISE_MEANS}"
 
 
 def register(subparsers) -> None:
@@ -150,20 +141,6 @@ def _cell_title(row: dict) -> str:
             f"{row['shots']}-shot | {row['order']} ({row['benchmark']})")
 
 
-def shows_thinking(rows: list[dict]) -> bool:
-    """Whether any row counts a generation that gave no answer because of its thinking block: the
-    table then shows those shares (issue 49) beside parse failures, of which they are a part."""
-    return any(r.get(f"n_{o}") for r in rows for o in THINKING_FAILURES)
-
-
-def thinking_header() -> str:
-    return f" {'cut-think':>9} {'no-ans-think':>12}"
-
-
-def thinking_shares(r: dict) -> str:
-    return f" {_share(r.get(f'{THINKING_FAILURES[0]}_rate')):>9} {_share(r.get(f'{THINKING_FAILURES[1]}_rate')):>12}"
-
-
 def format_rows(rows: list[dict]) -> str:
     lines, title = [], None
     width = max([len(str(r["group"])) for r in rows] + [5])
@@ -177,29 +154,11 @@ def format_rows(rows: list[dict]) -> str:
                          + (thinking_header() if thinking else ""))
         lines.append(
             f"{r['group']:<{width}}  {r['level']:<8} {r['aggregation']:<6} {r['n']:>6} "
-            f"{r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] {_rate(r.get('chance')):>6} "
-            f"{r['parse_failure_rate']:>10.1%} {r['tie_rate']:>6.1%} {_share(r.get('within_noise_rate')):>8}"
+            f"{r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] {rate(r.get('chance')):>6} "
+            f"{r['parse_failure_rate']:>10.1%} {r['tie_rate']:>6.1%} {share(r.get('within_noise_rate')):>8}"
             + (thinking_shares(r) if thinking else "")
         )
     return "\n".join(lines)
-
-
-def _rate(value) -> str:
-    """A chance level (the mean of 1/N over the records: cube.analysis.chance) to three places."""
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _share(rate) -> str:
-    return "-" if rate is None else f"{rate:.1%}"
-
-
-def with_noise_marks(table, path: str):
-    """``table`` with each decision marked when its margin is within its precision's measured
-    noise (``cube.analysis.noise``), from the precision each cell's manifest entry records."""
-    from cube.analysis.noise import cell_dtypes, mark_within_noise
-    from cube.records.store import read_manifest
-
-    return mark_within_noise(table, cell_dtypes(read_manifest(path)))
 
 
 def format_regression(regression) -> str:
