@@ -36,7 +36,10 @@ BASE = dict(scorer="M1-seq", label_set="L1_halfwidth", context="zh_cue", shots=0
 
 def analyse(directory: str, B: int) -> dict:
     from cube.analysis.confirm import confirm, model_families, partial_cells, tiebreak_effects
-    from cube.analysis.rescore import ranking_shift, regression_table, rescore, select
+    from cube.analysis.paired_slices import regression_table
+    from cube.analysis.ranking_shift import ranking_shift
+    from cube.analysis.rescore import rescore
+    from cube.analysis.slices import select
     from cube.analysis.simulate import DEFAULT_PREDICTION
     from cube.records.store import read_manifest, read_records
     from cube.tokenizers.audit import read_prediction

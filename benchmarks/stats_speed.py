@@ -19,7 +19,7 @@ import time
 import numpy as np
 from scipy.stats import rankdata
 
-from cube.analysis.stats import footrule_noise_floor
+from cube.analysis.footrule import footrule_noise_floor
 
 
 def synthetic_outcomes(n_models: int, n_items: int, seed: int = 0) -> np.ndarray:

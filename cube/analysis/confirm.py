@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cube.analysis.chance import options_per_record
-from cube.analysis.stats import mcnemar_exact
+from cube.analysis.paired_tests import mcnemar_exact
 from cube.errors import RecordsError
 from cube.records.store import column_codes, group_ids, list_matrix
 

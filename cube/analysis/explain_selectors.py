@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cube.analysis.rescore import CELL_COLUMNS, one_per_item, select
+from cube.analysis.slices import CELL_COLUMNS, one_per_item, select
 from cube.errors import ConfigError
 from cube.records.store import group_ids
 

@@ -18,15 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cube.analysis.confirm import CELL, SEQUENCE, STRICT, ConfirmationReport
-from cube.analysis.stats import (
-    ClusteredDifference,
-    ClusteredMcNemarResult,
-    McNemarResult,
-    clustered_bootstrap_ci,
-    clustered_mcnemar,
-    mcnemar_exact,
-    paired_bootstrap_ci,
-)
+from cube.analysis.paired_tests import (ClusteredDifference, ClusteredMcNemarResult, McNemarResult,
+                                        clustered_bootstrap_ci, clustered_mcnemar, mcnemar_exact,
+                                        paired_bootstrap_ci)
 from cube.errors import ConfigError
 from cube.records.store import group_ids, list_matrix
 

@@ -17,18 +17,19 @@ Levels, each with a 95% interval:
 A parse failure (M6, no answer extracted) counts as not correct, and is also reported on its
 own: a model that answers wrongly and one that answers unparseably are different findings.
 
-Also here, because each is "accuracy of a slice, compared": the per-subject regression table
-between two one-cell slices (deltas, McNemar, paired bootstrap), the expected calibration error
-per cell, and the footrule between two protocols' model rankings in units of the noise floor.
+Each cell's warnings are computed here too (parse failures, thinking truncation, tie-breaks,
+precision noise), from the same per-(cell, subject) counts. What selects a slice and names a cell
+is :mod:`cube.analysis.slices`; the other figures of a slice live beside this module, one concern
+each: two slices compared on the same items in :mod:`cube.analysis.paired_slices`, the expected
+calibration error per cell in :mod:`cube.analysis.calibration`, and the footrule between two
+protocols' model rankings in :mod:`cube.analysis.ranking_shift`.
 
 All counting is ``np.bincount`` over group ids; nothing loops over records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -36,65 +37,19 @@ import pyarrow.compute as pc
 from scipy.special import bdtr
 
 from cube.analysis.chance import options_per_record
-from cube.analysis.stats import (
-    Binning,
-    NoiseFloor,
-    above_chance_p_per_item,
-    average_ranks,
-    expected_calibration_error,
-    footrule,
-    footrule_has_power,
-    footrule_multiple,
-    footrule_normalisation,
-    footrule_verdict,
-    holm_adjust,
-    mcnemar_exact,
-    mcnemar_interval,
-    paired_noise_floor,
-    stratified_wilson_interval,
-    wilson_interval,
-)
-from cube.errors import ConfigError, PrecisionMismatch, RecordsError
+from cube.analysis.slices import CELL_COLUMNS
+from cube.analysis.stats import above_chance_p_per_item, stratified_wilson_interval, wilson_interval
+from cube.errors import ConfigError
 from cube.protocol.benchmarks import taxonomy_of as registry_taxonomy
 from cube.protocol.taxonomy import Taxonomy, load_taxonomy
 from cube.protocol.thinking import THINKING_FAILURES, TRUNCATED_IN_THINKING
 from cube.records.schema import GENERATION_RECORD_SCORERS
 
 THINKING_TRUNCATION_WARNING = 0.5  # "most generations cut while thinking": one warning per cell above it
-from cube.records.store import column_codes, group_ids, list_matrix
+from cube.records.store import group_ids
 from cube.records.degeneracy import PARSE_FAILURE_WARNING, TIE_WARNING
 
-SLICE_FIELDS = ("model", "scorer", "label_set", "shots", "order", "context")
-CELL_COLUMNS = ("model", "benchmark", "scorer", "label_set", "context", "shots", "order")
 LEVELS = ("subject", "category", "overall")
-
-
-# --------------------------------------------------------------------------------------------
-# Slicing
-# --------------------------------------------------------------------------------------------
-
-
-def select(table: pa.Table, **filters: Any) -> pa.Table:
-    """Rows matching every filter; a filter is one value or a sequence of allowed values.
-
-    ``None`` leaves a field free. Fields: model, scorer, label_set, shots, order, context.
-    """
-    mask = None
-    for name, wanted in filters.items():
-        if name not in SLICE_FIELDS:
-            raise ConfigError(f"cannot slice on {name!r}; fields: {', '.join(SLICE_FIELDS)}")
-        if wanted is None:
-            continue
-        values = [wanted] if isinstance(wanted, (str, int)) else list(wanted)
-        if name == "shots":
-            try:
-                values = [int(v) for v in values]
-            except ValueError:
-                raise ConfigError(f"shots must be integers, got {values!r}") from None
-        column = table.column(name)
-        test = pc.is_in(column, value_set=pa.array(values, type=column.type))
-        mask = test if mask is None else pc.and_(mask, test)
-    return table if mask is None else table.filter(mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -442,321 +397,3 @@ def rescore(
     return Rescored(_concat(parts, named),
                     parse_failure_warnings(counts) + thinking_warnings(counts) + tie_warnings(counts)
                     + noise_warnings(counts))
-
-
-def calibration(
-    table: pa.Table, n_bins: int = 10, binning: Binning = "width"
-) -> pa.Table:
-    """Expected calibration error of every scored (non-generation) cell, from ``probs``.
-
-    Generation cells are left out: their ``probs`` are not an option distribution the model
-    gave. One ``expected_calibration_error`` call per cell (a few hundred at paper scale).
-    """
-    if "probs" not in table.column_names:
-        raise ConfigError("calibration needs the probs column; read the records with it")
-    scored = table.filter(pc.invert(pc.is_in(table.column("scorer"),
-                                             value_set=pa.array(GENERATION_RECORD_SCORERS))))
-    if scored.num_rows == 0:
-        raise ConfigError("no scored (non-generation) records in this slice")
-    ids, keys = group_ids(scored, CELL_COLUMNS)
-    probs = list_matrix(scored, "probs").astype(np.float64)
-    gold = scored.column("gold").to_numpy().astype(np.int64)
-    order = np.argsort(ids, kind="stable")
-    bounds = np.searchsorted(ids[order], np.arange(len(keys) + 1))
-    out: dict[str, list] = {name: [] for name in (*CELL_COLUMNS, "n", "ece")}
-    for g, key in enumerate(keys):
-        rows = order[bounds[g]:bounds[g + 1]]
-        p = probs[rows] / probs[rows].sum(axis=1, keepdims=True)  # float32 storage rounding
-        for name, value in zip(CELL_COLUMNS, key):
-            out[name].append(value)
-        out["n"].append(int(rows.size))
-        out["ece"].append(expected_calibration_error(p, gold[rows], n_bins, binning))
-    out["shots"] = pa.array(out["shots"], type=pa.int8())
-    return pa.table(out)
-
-
-# --------------------------------------------------------------------------------------------
-# Two slices on the same items
-# --------------------------------------------------------------------------------------------
-
-
-def _describe_cells(table: pa.Table) -> str:
-    _, keys = group_ids(table, CELL_COLUMNS)
-    shown = "; ".join(", ".join(f"{n}={v}" for n, v in zip(CELL_COLUMNS, k)) for k in keys[:3])
-    return f"{len(keys)} cells ({shown}{'; ...' if len(keys) > 3 else ''})"
-
-
-def one_per_item(table: pa.Table, name: str) -> pa.Table:
-    """Check that a slice holds one record per item, i.e. exactly one protocol cell."""
-    if table.num_rows == 0:
-        raise ConfigError(f"slice {name} has no records")
-    codes, uids = column_codes(table, "uid")
-    if len(uids) != table.num_rows:
-        raise ConfigError(
-            f"slice {name} holds {table.num_rows} records for {len(uids)} items; it spans "
-            f"{_describe_cells(table)}: narrow it to one cell"
-        )
-    return table
-
-
-NOT_RECORDED = "not recorded"  # a precision of its own: records that do not say theirs
-
-
-def slice_precision(table: pa.Table) -> str | None:
-    """The one precision a slice's records were scored in; None where no record says (an import
-    that did not record it). Several in one slice are named, joined by '+', records that say
-    none among them as 'not recorded' (``bfloat16+not recorded``)."""
-    if "dtype" not in table.column_names:
-        return None
-    values = pc.unique(table.column("dtype")).to_pylist()
-    known = sorted(v for v in values if v is not None)
-    if known and None in values:
-        known.append(NOT_RECORDED)
-    return "+".join(known) if known else None
-
-
-MIXED_PRECISION = "mixed: "  # how check_one_precision opens a pair of two precisions compared anyway
-
-
-def check_one_precision(table_a: pa.Table, table_b: pa.Table, allow_mixed_precision: bool = False) -> str:
-    """What precision a paired comparison of the two slices compares, as a reader is told it:
-    ``"bfloat16"``; ``"not recorded"``; ``"A bfloat16, B not recorded"`` where one side records
-    none (it cannot be checked, and the pair says so); or, only with ``allow_mixed_precision``,
-    ``"mixed: A bfloat16, B float32"``. Two slices whose recorded precisions differ are refused
-    otherwise (:class:`PrecisionMismatch`), naming both and how to proceed: a paired test's
-    discordant items are the ones a precision's rounding can flip."""
-    a, b = slice_precision(table_a), slice_precision(table_b)
-    if a is None and b is None:
-        return NOT_RECORDED
-    if a is None or b is None:  # one side cannot be checked: the pair says which, never one precision
-        return f"A {a or NOT_RECORDED}, B {b or NOT_RECORDED}"
-    if a == b and "+" not in a:
-        return a
-    if not allow_mixed_precision:
-        raise PrecisionMismatch(
-            f"slice A was scored in {a} and slice B in {b}: a paired comparison needs one precision; "
-            "re-run one side with the other's --dtype, or pass allow_mixed_precision "
-            "(--allow-mixed-precision) to compare them anyway, which the result then says")
-    return f"{MIXED_PRECISION}A {a}, B {b}"
-
-
-@dataclass(frozen=True)
-class Paired:
-    """Outcomes of two slices on their common items, aligned by uid."""
-
-    uid: list[str]
-    subject: np.ndarray  # object array of subject names
-    correct_a: np.ndarray
-    correct_b: np.ndarray
-    only_a: int  # items slice A has and B lacks
-    only_b: int
-    precision: str = "not recorded"  # check_one_precision: what the pair compares
-
-
-def pair(table_a: pa.Table, table_b: pa.Table, allow_mixed_precision: bool = False) -> Paired:
-    """Align two one-cell slices by uid; items only one slice has are counted, then dropped.
-    Slices of two recorded precisions are refused unless ``allow_mixed_precision``
-    (``check_one_precision``); ``Paired.precision`` says what was compared."""
-    one_per_item(table_a, "A")
-    one_per_item(table_b, "B")
-    precision = check_one_precision(table_a, table_b, allow_mixed_precision)
-    uid_a = table_a.column("uid").combine_chunks()
-    where_b = pc.index_in(uid_a, value_set=table_b.column("uid").combine_chunks())
-    found = where_b.is_valid().to_numpy(zero_copy_only=False)
-    if not found.any():
-        raise ConfigError("slices A and B share no items (uid)")
-    index_b = where_b.to_numpy(zero_copy_only=False)[found].astype(np.int64)
-    correct_a = table_a.column("correct").to_numpy()[found]
-    correct_b = table_b.column("correct").to_numpy()[index_b]
-    subject = np.asarray(table_a.column("subject").to_pylist(), dtype=object)[found]
-    uids = uid_a.filter(pa.array(found)).to_pylist()
-    return Paired(uids, subject, correct_a, correct_b, int((~found).sum()),
-                  table_b.num_rows - int(found.sum()), precision)
-
-
-@dataclass(frozen=True)
-class Regression:
-    """Per-subject change from slice A to slice B, worst first, and the pooled line."""
-
-    rows: pa.Table  # subject, n, acc_a, acc_b, delta, delta_lo, delta_hi, a/b_only_right, p_value, p_holm
-    overall: dict[str, Any]
-    only_a: int
-    only_b: int
-    precision: str = "not recorded"  # what the pair compares (``check_one_precision``)
-
-
-def regression_table(table_a: pa.Table, table_b: pa.Table, mid_p: bool = False,
-                     allow_mixed_precision: bool = False) -> Regression:
-    """Per-subject accuracy deltas ``B - A`` with exact McNemar p-values, worst first.
-
-    Sorted by delta ascending (largest drop on top), then by p-value, then by subject, so the
-    subjects that got worse, and most surely so, are what a reader sees first. Each delta gets
-    the exact interval of the same McNemar test (``cube.analysis.stats.mcnemar_interval``: it
-    excludes 0 exactly when p < 0.05), which stays valid with the 5-21 items a sampled subject
-    has, where a bootstrap of a handful of pairs does not; and ``p_holm``, the p-value
-    Holm-adjusted over the subjects: with 67 subjects about 3 unadjusted p-values fall below
-    0.05 by chance alone, so only ``p_holm`` supports saying that a given subject changed.
-    Slices of two precisions are refused unless ``allow_mixed_precision`` (``pair``).
-    """
-    paired = pair(table_a, table_b, allow_mixed_precision)
-    subjects, inverse = np.unique(paired.subject.astype(str), return_inverse=True)
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.searchsorted(inverse[order], np.arange(len(subjects) + 1))
-    rows: dict[str, list] = {k: [] for k in (
-        "subject", "n", "acc_a", "acc_b", "delta", "delta_lo", "delta_hi", "a_only_right",
-        "b_only_right", "p_value")}
-    for s, name in enumerate(subjects):  # one McNemar per subject
-        members = order[bounds[s]:bounds[s + 1]]
-        a, b = paired.correct_a[members], paired.correct_b[members]
-        test = mcnemar_exact(a, b, mid_p=mid_p)
-        interval = mcnemar_interval(b, a)
-        rows["subject"].append(str(name))
-        rows["n"].append(int(members.size))
-        rows["acc_a"].append(float(a.mean()))
-        rows["acc_b"].append(float(b.mean()))
-        rows["delta"].append(interval.delta)
-        rows["delta_lo"].append(interval.lo)
-        rows["delta_hi"].append(interval.hi)
-        rows["a_only_right"].append(test.b)
-        rows["b_only_right"].append(test.c)
-        rows["p_value"].append(test.p_value)
-    rows["p_holm"] = [float(x) for x in holm_adjust(rows["p_value"])]
-    ranking = sorted(
-        range(len(subjects)),
-        key=lambda i: (rows["delta"][i], rows["p_value"][i], rows["subject"][i]),
-    )
-    table = pa.table({k: [v[i] for i in ranking] for k, v in rows.items()})
-    test = mcnemar_exact(paired.correct_a, paired.correct_b, mid_p=mid_p)
-    interval = mcnemar_interval(paired.correct_b, paired.correct_a)
-    overall = {
-        "n": len(paired.uid),
-        "acc_a": float(paired.correct_a.mean()),
-        "acc_b": float(paired.correct_b.mean()),
-        "delta": interval.delta,
-        "delta_lo": interval.lo,
-        "delta_hi": interval.hi,
-        "a_only_right": test.b,
-        "b_only_right": test.c,
-        "p_value": test.p_value,
-    }
-    return Regression(table, overall, paired.only_a, paired.only_b, paired.precision)
-
-
-# --------------------------------------------------------------------------------------------
-# Model rankings under two protocols
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CorrectMatrix:
-    models: list[str]
-    uids: list[str]
-    correct: np.ndarray  # (models, items) bool
-
-
-def correct_matrix(table: pa.Table, models: Sequence[str] | None = None) -> CorrectMatrix:
-    """Models x items outcomes of one protocol, on the items every model answered.
-
-    The slice must hold one record per (model, item), i.e. one protocol cell per model.
-    """
-    if table.num_rows == 0:
-        raise ConfigError("no records in this slice")
-    model_codes, model_names = column_codes(table, "model")
-    uid_codes, uids = column_codes(table, "uid")
-    n_models, n_items = len(model_names), len(uids)
-    flat = model_codes * n_items + uid_codes
-    seen = np.bincount(flat, minlength=n_models * n_items).reshape(n_models, n_items)
-    if seen.max() > 1:
-        raise ConfigError(
-            f"slice holds several records per (model, item); it spans {_describe_cells(table)}: "
-            "narrow it to one protocol"
-        )
-    hits = np.zeros(n_models * n_items, dtype=bool)
-    hits[flat] = table.column("correct").to_numpy()
-    hits = hits.reshape(n_models, n_items)
-    wanted = list(models) if models is not None else sorted(model_names)
-    missing = [m for m in wanted if m not in model_names]
-    if missing:
-        raise ConfigError(f"model {missing[0]!r} has no records in this slice")
-    rows = np.array([model_names.index(m) for m in wanted], dtype=np.int64)
-    complete = seen[rows].all(axis=0)
-    keep = np.flatnonzero(complete)
-    return CorrectMatrix(wanted, [uids[i] for i in keep], hits[np.ix_(rows, keep)])
-
-
-@dataclass(frozen=True)
-class RankingShift:
-    """Observed between-protocol footrule in units of the comparison's noise floor.
-
-    ``floor`` is the paired floor of both protocols (``cube.analysis.stats.paired_noise_floor``: per
-    replicate the noisier protocol's footrule, on the same resamples); ``floor_a`` and
-    ``floor_b`` are each protocol's own, kept to show how far the verdict would depend on
-    which protocol's floor were used.
-    """
-
-    models: list[str]
-    n_items: int
-    accuracy_a: np.ndarray
-    accuracy_b: np.ndarray
-    observed: float
-    floor: NoiseFloor
-    floor_a: NoiseFloor
-    floor_b: NoiseFloor
-    multiple_of_mean: float
-    multiple_of_p95: float
-
-    @property
-    def normalisation(self) -> str:
-        return footrule_normalisation(len(self.models))
-
-    @property
-    def has_power(self) -> bool:
-        return footrule_has_power(self.floor)
-
-    def verdict(self, floor: NoiseFloor | None = None, effect: float | None = None) -> str:
-        """Against the paired floor, or against ``floor`` (e.g. ``floor_a``) to compare; ``effect``
-        is the source's footrule, named when the floor could not have shown it."""
-        return footrule_verdict(self.observed, self.floor if floor is None else floor,
-                                len(self.models), effect)
-
-
-def ranking_shift(
-    table_a: pa.Table,
-    table_b: pa.Table,
-    B: int = 10_000,
-    seed: int = 0,
-    progress: bool = False,
-) -> RankingShift:
-    """How far protocol B reorders the models of protocol A, against both protocols' noise.
-
-    Both rankings use the same items (those every model answered under both protocols) and
-    integer hit counts, so tied models tie exactly (average ranks, see cube.analysis.stats). The floor
-    is paired: each replicate resamples the common items once and ranks the models under both
-    protocols on that draw, so each comparison has its own floor and the verdict does not
-    depend on which protocol is called A.
-    """
-    models_a = set(column_codes(table_a, "model")[1])
-    models_b = set(column_codes(table_b, "model")[1])
-    models = sorted(models_a & models_b)
-    if len(models) < 2:
-        raise ConfigError(f"the two protocols share {len(models)} model(s); a ranking needs 2")
-    a, b = correct_matrix(table_a, models), correct_matrix(table_b, models)
-    in_b = set(b.uids)
-    # sorted by uid: the resamples index items by position, so the floor must not depend on the
-    # order the records were read in
-    common = sorted(uid for uid in a.uids if uid in in_b)
-    if not common:
-        raise RecordsError("the two protocols share no item answered by every model")
-    ia = pc.index_in(pa.array(common), value_set=pa.array(a.uids)).to_numpy().astype(np.int64)
-    ib = pc.index_in(pa.array(common), value_set=pa.array(b.uids)).to_numpy().astype(np.int64)
-    ca, cb = a.correct[:, ia], b.correct[:, ib]
-    observed = footrule(average_ranks(ca.sum(axis=1)), average_ranks(cb.sum(axis=1)))
-    floors = paired_noise_floor(ca, cb, B=B, seed=seed, progress=progress)
-    of_mean, of_p95 = footrule_multiple(observed, floors.joint)
-    return RankingShift(models, len(common), ca.mean(axis=1), cb.mean(axis=1), observed,
-                        floors.joint, floors.a, floors.b, of_mean, of_p95)
-
-
-def filters_from(mapping: Mapping[str, Any]) -> dict[str, Any]:
-    """Keep only the slice fields of a mapping (e.g. argparse's namespace as a dict)."""
-    return {k: mapping[k] for k in SLICE_FIELDS if mapping.get(k) is not None}

@@ -15,7 +15,7 @@ from itertools import permutations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from cube.analysis.stats import average_ranks
+from cube.analysis.footrule import average_ranks
 from cube.errors import CubeError
 
 MAX_EXACT_N = 9  # 9! = 362,880 orderings; beyond that the enumeration is too slow to be the default

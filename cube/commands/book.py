@@ -92,13 +92,13 @@ def reader_label_set_summary(overrides: dict) -> list[str]:
     extra = overrides.get("extra_label_sets") or []
     if not extra:
         return []
-    from cube.commands.audit import _audit_families, _wanted_sources
     from cube.protocol.label_sets import parse_label_set
     from cube.protocol.prompts import load_contexts
+    from cube.tokenizers.families import audit_families, wanted_sources
 
     label_sets = [parse_label_set(spec) for spec in extra]
-    offline, _, skipped = _wanted_sources(None, {}, {})
-    cells = _audit_families(offline, label_sets, load_contexts(["zh_cue"]))
+    offline, _, skipped = wanted_sources(None, {}, {})
+    cells = audit_families(offline, label_sets, load_contexts(["zh_cue"]))
     lines = []
     for label_set in label_sets:
         mine = [c for c in cells if c.label_set == label_set.name]

@@ -17,7 +17,7 @@ import json
 import sys
 
 from cube.commands.extras import declare
-from cube.commands.rescore import add_allow_incomplete, add_common_options, load
+from cube.commands.store_options import add_allow_incomplete, add_common_options, load
 
 
 def register(subparsers) -> None:
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         report_json,
         tiebreak_effects,
     )
-    from cube.commands.rescore import incomplete_warnings
+    from cube.commands.store_options import incomplete_warnings
     from cube.errors import ConfigError
     from cube.records.store import read_manifest
     from cube.tokenizers.audit import read_prediction

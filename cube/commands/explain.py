@@ -23,7 +23,7 @@ import json
 import sys
 
 from cube.commands.extras import declare
-from cube.commands.rescore import add_allow_incomplete, incomplete_warnings
+from cube.commands.store_options import add_allow_incomplete, incomplete_warnings
 
 
 # The replicates are kept as one float64 array, and each draws every item: 10**9 asked for 7.45 GiB

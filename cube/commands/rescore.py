@@ -19,26 +19,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
+from cube.analysis.cell_table import (COLUMNS_MEAN, rate, share, shows_thinking, thinking_header, thinking_shares,
+                                      with_noise_marks)
 from cube.commands.extras import declare
 from cube.commands.options import comma_list, parse_comma_list
-from cube.protocol.thinking import THINKING_FAILURES
+from cube.commands.store_options import (add_allow_incomplete, add_common_options, incomplete_warnings, items_option,
+                                         load)
 
 SLICE_OPTIONS = (
     ("model", "--model"), ("scorer", "--scorer"), ("label_set", "--label-set"),
     ("shots", "--shots"), ("order", "--order"), ("context", "--context"),
 )
-
-
-# What the accuracy table's share columns mean: its footer in `cube rescore` and `cube run`, and
-# their --help. The bounds are cube.analysis.noise.DECISION_NOISE's (a test holds them equal; not
-# imported here: --help must not need pyarrow).
-IN_NOISE_MEANS = ("in-noise: the share of a cell's decisions whose margin (top score minus the runner-up) is within "
-                  "its precision's measured noise, so that a change of batch layout alone can flip them (bf16 0.454 "
-                  "nats, fp32 3.3e-5; ties and generations apart; '-' not known); most of them so: score in float32 "
-                  "(--dtype float32)")
-COLUMNS_MEAN = f"tied: decisions a tie-break made; parse-fail: generations no extractor could read; {IN_NOISE_MEANS}"
 
 
 def register(subparsers) -> None:
@@ -75,63 +67,8 @@ def register(subparsers) -> None:
     declare(parser, ("pyarrow",))
 
 
-def add_common_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--items", metavar="BENCHMARK[/SPLITS]",
-                        help="check every qhash against this item set, e.g. cmmlu/test, or your own file or "
-                             "folder (README: Your benchmark), e.g. runs/quiz.jsonl or runs/quiz/dev,test")
-    parser.add_argument("--no-verify", action="store_true",
-                        help="skip the sha256 check of each file against the manifest")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-
-
-def add_allow_incomplete(parser: argparse.ArgumentParser) -> None:
-    """``--allow-incomplete``, for the readers that refuse an incomplete store by default."""
-    parser.add_argument("--allow-incomplete", action="store_true",
-                        help="read a store whose cells lack shards their configuration promises (a killed "
-                             "or unfinished run) instead of refusing it")
-
-
-def items_option(value: str) -> tuple[str, tuple[str, ...]]:
-    """``--items``' (benchmark, splits): a registered name with ``/SPLITS`` (``cmmlu/test``), or a
-    user's file or folder, whole or with ``/SPLITS`` after it; splits comma-separated, default test.
-    A path is told by existing (a name's ``/`` would otherwise cut ``runs/quiz.jsonl`` at ``runs``)."""
-    if Path(value).exists():
-        return value, ("test",)
-    base, sep, splits = value.rpartition("/")
-    if not (sep and Path(base).exists()):
-        base, _, splits = value.partition("/")
-    return base, tuple(s for s in splits.split(",") if s) or ("test",)
-
-
-def load(path: str, args: argparse.Namespace, columns=(), allow_incomplete: bool | None = None):
-    """Read a records folder with the checks the options ask for.
-
-    ``allow_incomplete`` None takes ``--allow-incomplete`` where the command has it (else refuses).
-    """
-    from cube.records.store import read_records
-
-    items = None
-    if args.items:
-        from cube.protocol.benchmarks import load_items
-
-        benchmark, splits = items_option(args.items)
-        items = load_items(benchmark, splits=splits)
-    if allow_incomplete is None:
-        allow_incomplete = bool(getattr(args, "allow_incomplete", False))
-    return read_records(path, verify=not args.no_verify, items=items, columns=columns,
-                        progress=sys.stderr.isatty(), allow_incomplete=allow_incomplete)
-
-
-def incomplete_warnings(path: str) -> list[str]:
-    """One warning per cell of the store short of what its configuration promises."""
-    from cube.records.store import read_manifest, unfinished_cells
-
-    return [f"WARNING: incomplete cell (a killed or unfinished run?): {line}; its accuracies cover only the "
-            "records present" for line in unfinished_cells(read_manifest(path))]
-
-
 def _versus_filters(pairs: list[str], base: dict) -> dict:
-    from cube.analysis.rescore import SLICE_FIELDS
+    from cube.analysis.slices import SLICE_FIELDS
     from cube.errors import ConfigError
 
     out = dict(base)
@@ -150,20 +87,6 @@ def _cell_title(row: dict) -> str:
             f"{row['shots']}-shot | {row['order']} ({row['benchmark']})")
 
 
-def shows_thinking(rows: list[dict]) -> bool:
-    """Whether any row counts a generation that gave no answer because of its thinking block: the
-    table then shows those shares (issue 49) beside parse failures, of which they are a part."""
-    return any(r.get(f"n_{o}") for r in rows for o in THINKING_FAILURES)
-
-
-def thinking_header() -> str:
-    return f" {'cut-think':>9} {'no-ans-think':>12}"
-
-
-def thinking_shares(r: dict) -> str:
-    return f" {_share(r.get(f'{THINKING_FAILURES[0]}_rate')):>9} {_share(r.get(f'{THINKING_FAILURES[1]}_rate')):>12}"
-
-
 def format_rows(rows: list[dict]) -> str:
     lines, title = [], None
     width = max([len(str(r["group"])) for r in rows] + [5])
@@ -177,29 +100,11 @@ def format_rows(rows: list[dict]) -> str:
                          + (thinking_header() if thinking else ""))
         lines.append(
             f"{r['group']:<{width}}  {r['level']:<8} {r['aggregation']:<6} {r['n']:>6} "
-            f"{r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] {_rate(r.get('chance')):>6} "
-            f"{r['parse_failure_rate']:>10.1%} {r['tie_rate']:>6.1%} {_share(r.get('within_noise_rate')):>8}"
+            f"{r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] {rate(r.get('chance')):>6} "
+            f"{r['parse_failure_rate']:>10.1%} {r['tie_rate']:>6.1%} {share(r.get('within_noise_rate')):>8}"
             + (thinking_shares(r) if thinking else "")
         )
     return "\n".join(lines)
-
-
-def _rate(value) -> str:
-    """A chance level (the mean of 1/N over the records: cube.analysis.chance) to three places."""
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _share(rate) -> str:
-    return "-" if rate is None else f"{rate:.1%}"
-
-
-def with_noise_marks(table, path: str):
-    """``table`` with each decision marked when its margin is within its precision's measured
-    noise (``cube.analysis.noise``), from the precision each cell's manifest entry records."""
-    from cube.analysis.noise import cell_dtypes, mark_within_noise
-    from cube.records.store import read_manifest
-
-    return mark_within_noise(table, cell_dtypes(read_manifest(path)))
 
 
 def format_regression(regression) -> str:
@@ -238,7 +143,10 @@ def no_match(table, filters: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cube.analysis.rescore import calibration, filters_from, regression_table, rescore, select
+    from cube.analysis.calibration import calibration
+    from cube.analysis.paired_slices import regression_table
+    from cube.analysis.rescore import rescore
+    from cube.analysis.slices import filters_from, select
     from cube.errors import ConfigError
 
     table = load(args.records, args, columns=("probs",) if args.calibration else (), allow_incomplete=True)

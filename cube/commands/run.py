@@ -26,7 +26,7 @@ def scorers_help() -> str:
 
 
 def register(subparsers) -> None:
-    from cube.commands.rescore import COLUMNS_MEAN
+    from cube.analysis.cell_table import COLUMNS_MEAN
 
     p = subparsers.add_parser("run", help="score a model under protocol cells; resumable Parquet records",
                               epilog="the closing table, one row per cell: " + COLUMNS_MEAN.replace("%", "%%"))
@@ -170,11 +170,12 @@ def print_scores(out: Path, spec) -> None:
     columns mean. A generation scorer's cells are its records' (M6 writes M6-strict and
     M6-lenient): they were left out, selected by the scorer's name. The cell column is as wide as
     its longest cell."""
-    from cube.analysis.rescore import rescore, select
+    from cube.analysis.rescore import rescore
+    from cube.analysis.slices import select
     from cube.records.store import read_records
 
-    from cube.commands.rescore import (COLUMNS_MEAN, _rate, _share, shows_thinking, thinking_header, thinking_shares,
-                                       with_noise_marks)
+    from cube.analysis.cell_table import (COLUMNS_MEAN, rate, share, shows_thinking, thinking_header, thinking_shares,
+                                          with_noise_marks)
     from cube.records.schema import record_names
 
     # the records' scorer names: M6 and M6-cot write M6-strict and M6-lenient (a run of those showed no table)
@@ -191,8 +192,8 @@ def print_scores(out: Path, spec) -> None:
           f"{'in-noise':>8}" + (thinking_header() if thinking else ""))
     for cell, r in zip(cells, rows):
         print(f"{cell:<{width}} {r['n']:>5} {r['accuracy']:>6.3f}  [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] "
-              f"{_rate(r['chance']):>6} {r['tie_rate']:>6.1%} {r['parse_failure_rate']:>10.1%} "
-              f"{_share(r['within_noise_rate']):>8}" + (thinking_shares(r) if thinking else ""))
+              f"{rate(r['chance']):>6} {r['tie_rate']:>6.1%} {r['parse_failure_rate']:>10.1%} "
+              f"{share(r['within_noise_rate']):>8}" + (thinking_shares(r) if thinking else ""))
     for warning in result.warnings:
         print(warning)
     print(COLUMNS_MEAN)

@@ -114,7 +114,7 @@ def verdict_counts(rows: Sequence[Row]) -> dict[str, int]:
 
 def precision_note(precision: str) -> str:
     """What a paired figure's text adds about its precision: nothing for one recorded precision,
-    the re-run side otherwise (``cube.analysis.rescore.check_one_precision``). A pair of two
+    the re-run side otherwise (``cube.analysis.paired_slices.check_one_precision``). A pair of two
     precisions is refused, not marked: no page prints one (issue 47)."""
     if precision.startswith("mixed"):
         from cube.errors import PrecisionMismatch

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cube.analysis.stats import above_chance_p, footrule_has_power, footrule_normalisation, footrule_verdict, holm_adjust
+from cube.analysis.stats import above_chance_p, holm_adjust
+from cube.analysis.footrule import footrule_has_power, footrule_normalisation, footrule_verdict
 from cube.errors import ConfigError
 from cube.paper.citations import Paper, PaperResult, Scale
 from cube.paper.claims import ALPHA, Reproduction
@@ -305,8 +306,8 @@ def partial_collision(result: PaperResult, prediction: Mapping[str, Any], report
 
 
 def footrule_row(result: PaperResult, shift: Any | None, name: str) -> Reproduction:
-    """A ranking shift against its paired noise floor (``cube.analysis.rescore.ranking_shift``),
-    read by the same :func:`cube.analysis.stats.footrule_verdict` as claim 3's page.
+    """A ranking shift against its paired noise floor (``cube.analysis.ranking_shift.ranking_shift``),
+    read by the same :func:`cube.analysis.footrule.footrule_verdict` as claim 3's page.
 
     Beyond the floor's 95th percentile: reproduced. A floor whose p95 is the largest footrule the
     models can reach, or at least the paper's footrule, could not have shown the paper's shift:

@@ -97,7 +97,7 @@ def cot_vs_answer_only(comparisons: Sequence[CotComparison], threshold: float, e
     was found instead: the significant changes, each with its parse-failure rate (issue 47: the
     rule fell through to "no power … no significant difference" beside two significant drops).
     """
-    from cube.analysis.stats import mcnemar_power
+    from cube.analysis.paired_tests import mcnemar_power
 
     mine = [c for c in comparisons if c.extractor == extractor]
     if not mine:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cube.analysis.stats import average_ranks, footrule
+from cube.analysis.footrule import average_ranks, footrule
 from cube.paper.citations import PaperResult, Scale
 from cube.paper.claims import ALPHA, Reproduction, precision_note
 
@@ -36,7 +36,7 @@ class WhitespaceEffect:
     p_value: float
     p_holm: float
     power: float  # of the exact McNemar test at this n against the source's effect
-    precision: str = "not recorded"  # what the pair compares (cube.analysis.rescore.check_one_precision)
+    precision: str = "not recorded"  # what the pair compares (cube.analysis.paired_slices.check_one_precision)
     discordant: int | None = None  # items the two forms get differently (the power's discordance, unless floored)
 
 

@@ -17,8 +17,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cube.analysis.credit import credit_gap, judgments_from_records
-from cube.analysis.rescore import check_one_precision, one_per_item, select, slice_precision
-from cube.analysis.stats import expected_calibration_error, holm_adjust, mcnemar_exact, mcnemar_interval, mcnemar_power
+from cube.analysis.paired_slices import check_one_precision, slice_precision
+from cube.analysis.slices import one_per_item, select
+from cube.analysis.calibration import expected_calibration_error
+from cube.analysis.stats import holm_adjust
+from cube.analysis.paired_tests import mcnemar_exact, mcnemar_interval, mcnemar_power
 from cube.paper.claims_ladder import LadderGap
 from cube.paper.claims_practice import CotComparison
 from cube.paper.claims_whitespace import CalibrationRatio, WhitespaceEffect

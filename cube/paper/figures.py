@@ -15,7 +15,7 @@ import altair as alt
 import numpy as np
 
 from cube.analysis.credit import CreditScheme, correct_count_distribution
-from cube.analysis.stats import NoiseFloor
+from cube.analysis.footrule import NoiseFloor
 from cube.tokenizers.audit import CellAudit
 
 # Categories of a degeneracy-matrix cell, in legend order, with fixed colours so that a figure
@@ -247,7 +247,7 @@ def reliability_chart(tables: Mapping[tuple[str, str], Mapping[str, np.ndarray]]
     """Reliability diagrams: accuracy against mean confidence per bin, one panel per model.
 
     ``tables`` maps (panel, series), e.g. (model, answer context), to a
-    ``cube.analysis.stats.reliability_table``. Empty bins are left out (they have no accuracy); point
+    ``cube.analysis.calibration.reliability_table``. Empty bins are left out (they have no accuracy); point
     size is the bin's item count, and the diagonal is perfect calibration.
     """
     records = []

@@ -10,7 +10,7 @@ import html
 from collections.abc import Iterable
 from typing import Any
 
-from cube.analysis.rescore import MIXED_PRECISION
+from cube.analysis.paired_slices import MIXED_PRECISION
 from cube.errors import PrecisionMismatch
 
 

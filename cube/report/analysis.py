@@ -3,7 +3,7 @@
 Every number here comes from the functions ``cube rescore``, ``cube confirm`` and ``cube explain``
 use (``cube.analysis``): per-cell accuracy and its Wilson interval from ``rescore``; paired
 comparisons from ``regression_table`` (exact McNemar and its exact interval, one precision per
-pair or refused); calibration from the ECE of ``cube.analysis.stats`` with its item-bootstrap
+pair or refused); calibration from the ECE of ``cube.analysis.calibration`` with its item-bootstrap
 interval; the audit against observed ties from ``confirm``; rankings against the bootstrap noise
 floor from ``ranking_shift``; harness gaps from ``explain_slices``. The report adds only the
 choice of what to compare (each dimension's levels against the reference cell's, on one model)
@@ -24,8 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cube.analysis.chance import chance_per_record
-from cube.analysis.rescore import CELL_COLUMNS, regression_table, rescore
-from cube.analysis.stats import holm_adjust, mcnemar_power
+from cube.analysis.paired_slices import regression_table
+from cube.analysis.rescore import rescore
+from cube.analysis.slices import CELL_COLUMNS
+from cube.analysis.paired_tests import mcnemar_power
+from cube.analysis.stats import holm_adjust
 from cube.errors import ConfigError, CubeError, PrecisionMismatch
 from cube.protocol.chat import record_context, split_context
 from cube.records.schema import GENERATION_RECORD_SCORERS, JUDGEMENT_SCORERS, record_names
@@ -380,8 +383,7 @@ def audit_section(stores: Sequence[LoadedStore]) -> tuple[list[AuditCell], str]:
 
 def calibration_section(cells: Sequence[CellScore], slices: Callable[[CellScore], pa.Table],
                         replicates: int, seed: int) -> list[CalibrationCell]:
-    from cube.analysis.calibration import ece_interval
-    from cube.analysis.stats import reliability_table
+    from cube.analysis.calibration import ece_interval, reliability_table
 
     out = []
     for cell in cells:
@@ -430,7 +432,7 @@ def rank_section(cells: Sequence[CellScore], slices: Callable[[CellScore], pa.Ta
                  reference: Mapping[str, str], replicates: int, seed: int) -> list[RankShift]:
     """Claim 3's test on the user's models: each protocol shared by two or more models against the
     reference protocol, the footrule set against the paired bootstrap noise floor."""
-    from cube.analysis.rescore import ranking_shift
+    from cube.analysis.ranking_shift import ranking_shift
 
     protocols: dict[tuple, list[CellScore]] = {}
     for c in cells:

@@ -89,7 +89,7 @@ class Comparison:
     acc_a: float
     acc_b: float
     delta: float  # b - a
-    delta_lo: float  # exact interval of the McNemar test (cube.analysis.stats.mcnemar_interval)
+    delta_lo: float  # exact interval of the McNemar test (cube.analysis.paired_tests.mcnemar_interval)
     delta_hi: float
     a_only_right: int
     b_only_right: int

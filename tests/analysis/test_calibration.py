@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from cube.analysis.calibration import ece_interval
-from cube.analysis.stats import expected_calibration_error
+from cube.analysis.calibration import expected_calibration_error
 
 
 def _cell(n=120, k=4, seed=3):

@@ -18,7 +18,7 @@ from cube.analysis.confirm import (
     report_json,
     tiebreak_effects,
 )
-from cube.analysis.stats import mcnemar_exact
+from cube.analysis.paired_tests import mcnemar_exact
 from cube.config import REPO_ROOT
 from cube.errors import ConfigError, RecordsError
 from cube.tokenizers.audit import read_prediction

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from cube.analysis.explain import FACTORS, NOT_IDENTIFIABLE, explain_slices
+from cube.analysis.explain import FACTORS, explain_slices
+from cube.analysis.explain_causes import NOT_IDENTIFIABLE
 from cube.analysis.explain_selectors import parse_slice
 from cube.errors import ConfigError
 from cube.records.store import read_records, write_records
@@ -508,7 +509,8 @@ def test_different_generations_are_not_the_extractors(tmp_path):
 
 def test_exemplar_content_alone_is_named(tmp_path):
     """Two sides alike but for what their 5 exemplars show (an explanation or the answer alone)."""
-    from cube.analysis.explain import Side, explain
+    from cube.analysis.explain import explain
+    from cube.analysis.explain_causes import Side
     from cube.importers.contract import EXEMPLARS_ANSWER, EXEMPLARS_EXPLANATION, ScoringProtocol, exemplars_of
 
     right = pattern(13)
@@ -548,7 +550,8 @@ def test_two_chat_templates_are_the_same_only_where_both_digests_say_so(tmp_path
     """Two sides both shown in a chat template: a kind alone ("model") does not make them the same
     template. Recorded digests that differ name the chat template alone; a side without one (a
     server's template) leaves it unknown, and the flips are the remainder's, not the template's."""
-    from cube.analysis.explain import Side, explain
+    from cube.analysis.explain import explain
+    from cube.analysis.explain_causes import Side
     from cube.importers.contract import ScoringProtocol
 
     right = pattern(15)
@@ -605,7 +608,7 @@ def test_issue45_each_separating_advice_names_a_command_and_options_it_has():
     import argparse
     import re
 
-    from cube.analysis.explain import PROTOCOL_FACTORS, SEPARATE_BY
+    from cube.analysis.explain_causes import PROTOCOL_FACTORS, SEPARATE_BY
     from cube.cli import build_parser
 
     assert set(SEPARATE_BY) == set(PROTOCOL_FACTORS)

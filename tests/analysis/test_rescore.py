@@ -9,16 +9,12 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, rankdata
 
-from cube.analysis.rescore import (
-    CELL_COLUMNS,
-    calibration,
-    correct_matrix,
-    ranking_shift,
-    regression_table,
-    rescore,
-    select,
-)
-from cube.analysis.stats import footrule_noise_floor
+from cube.analysis.calibration import calibration
+from cube.analysis.paired_slices import regression_table
+from cube.analysis.ranking_shift import correct_matrix, ranking_shift
+from cube.analysis.rescore import rescore
+from cube.analysis.slices import CELL_COLUMNS, select
+from cube.analysis.footrule import footrule_noise_floor
 from cube.errors import ConfigError
 from cube.protocol.taxonomy import Taxonomy
 from tests.record_tables import record, scores_for, slice_in, table
@@ -364,7 +360,7 @@ def test_ranking_shift_matches_a_naive_footrule():
 
 
 def test_a_pair_of_two_precisions_is_refused_unless_allowed_and_then_says_so():
-    from cube.analysis.rescore import pair, regression_table
+    from cube.analysis.paired_slices import pair, regression_table
     from cube.errors import PrecisionMismatch
 
     bf16, fp32 = slice_in("bfloat16", "en_prompt_space", flips={1}), slice_in("float32", "en_label_space", flips={2, 3})
@@ -385,7 +381,7 @@ def test_a_side_that_records_no_precision_is_named_never_taken_for_the_others():
     """Issue 48: a pair with one side's records saying no precision was printed as the other's one
     precision; 'not recorded' is a value of its own, named in the pair, and a slice mixing it
     with a recorded precision is two precisions."""
-    from cube.analysis.rescore import pair
+    from cube.analysis.paired_slices import pair
     from cube.errors import PrecisionMismatch
 
     assert pair(slice_in("bfloat16", "a"), slice_in(None, "b")).precision == "A bfloat16, B not recorded"

@@ -8,7 +8,8 @@ import pytest
 from scipy.stats import spearmanr
 
 from cube.analysis.confirm import confirm, model_families
-from cube.analysis.rescore import rescore, select
+from cube.analysis.rescore import rescore
+from cube.analysis.slices import select
 from cube.analysis.simulate import (
     DEFAULT_PREDICTION,
     SIM_CELLS,

@@ -10,28 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from cube.analysis.stats import (
-    NoiseFloor,
-    accuracy_ci,
-    average_ranks,
-    clustered_bootstrap_ci,
-    clustered_mcnemar,
-    expected_calibration_error,
-    footrule,
-    footrule_has_power,
-    footrule_multiple,
-    footrule_noise_floor,
-    footrule_normalisation,
-    footrule_verdict,
-    macro_accuracy_ci,
-    macro_effective_n,
-    mcnemar_exact,
-    paired_bootstrap_ci,
-    paired_noise_floor,
-    reliability_table,
-    stratified_wilson_interval,
-    wilson_interval,
-)
+from cube.analysis.calibration import expected_calibration_error, reliability_table
+from cube.analysis.footrule import (NoiseFloor, average_ranks, footrule, footrule_has_power, footrule_multiple,
+                                    footrule_noise_floor, footrule_normalisation, footrule_verdict,
+                                    paired_noise_floor)
+from cube.analysis.paired_tests import (clustered_bootstrap_ci, clustered_mcnemar, mcnemar_exact,
+                                        paired_bootstrap_ci)
+from cube.analysis.stats import (accuracy_ci, macro_accuracy_ci, macro_effective_n, stratified_wilson_interval,
+                                 wilson_interval)
 from cube.errors import CubeError
 
 FAST = settings(max_examples=60, deadline=None)

@@ -1,4 +1,4 @@
-"""cube.analysis.stats: the tests the verdicts read (Holm, against chance, the McNemar-consistent
+"""cube.analysis.stats, paired_tests and footrule: the tests the verdicts read (Holm, against chance, the McNemar-consistent
 interval, McNemar power, the floor's Monte Carlo error), each against an independent computation."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from scipy.stats import binom, binomtest
 
-from cube.analysis.stats import (above_chance_p, above_chance_p_per_item, footrule_noise_floor, holm_adjust, mcnemar_exact, mcnemar_interval,
-                                 mcnemar_power)
+from cube.analysis.footrule import footrule_noise_floor
+from cube.analysis.paired_tests import mcnemar_exact, mcnemar_interval, mcnemar_power
+from cube.analysis.stats import above_chance_p, above_chance_p_per_item, holm_adjust
 from cube.errors import CubeError
 
 
@@ -121,7 +122,8 @@ def test_the_floors_monte_carlo_error_is_the_standard_error_of_its_mean():
 
 
 def test_the_ranking_floor_does_not_depend_on_the_order_records_are_read_in():
-    from cube.analysis.rescore import ranking_shift, select
+    from cube.analysis.ranking_shift import ranking_shift
+    from cube.analysis.slices import select
     from cube.config import REPO_ROOT
     from cube.records.store import read_records
 

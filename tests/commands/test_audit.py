@@ -187,28 +187,28 @@ def test_trust_remote_code_opt_in_reaches_the_hub_loader(tmp_path, monkeypatch, 
 
 
 def test_freeze_into_a_folder_is_one_line_before_any_audit(tmp_path, capsys, monkeypatch):
-    import cube.commands.audit as command
+    import cube.tokenizers.families as families
 
     def never(*args, **kwargs):
         raise AssertionError("the audit ran although --freeze names a folder")
 
-    monkeypatch.setattr(command, "_wanted_sources", never)
+    monkeypatch.setattr(families, "wanted_sources", never)
     assert main(["audit", "--families", "qwen3", "--brief", "--freeze", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("cube: error: --freeze ") and "is a folder" in err[-1]
 
 
 def test_families_audited_in_worker_processes_equal_the_in_process_audit():
-    import cube.commands.audit as command
     from cube.models_config import tokenizer_families
     from cube.protocol.label_sets import select_label_sets
     from cube.tokenizers.audit import load_contexts, run_audit
+    from cube.tokenizers.families import audit_families
     from cube.tokenizers.sources import resolve_source
 
     config = tokenizer_families()
     offline = {f: config[f].offline.as_dict() for f in ("smollm2", "qwen3")}
     label_sets, contexts = select_label_sets(None, []), load_contexts(None)
-    parallel = command._audit_families(offline, label_sets, contexts)
+    parallel = audit_families(offline, label_sets, contexts)
     serial = run_audit({f: resolve_source(o) for f, o in offline.items()}, label_sets, contexts)
     assert parallel == serial
     assert [c.context for c in parallel][:1] == [contexts[0].name]

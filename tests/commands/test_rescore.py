@@ -210,7 +210,7 @@ def test_the_help_names_each_slice_option_in_english(capsys):
 def test_items_checks_the_qhashes_against_a_users_file(run, tmp_path):
     """``--items PATH[/SPLITS]``: a user's file or folder (README: Your benchmark) is an item set
     to check against, as a registered name is; a path is not cut at its first '/'."""
-    from cube.commands.rescore import items_option
+    from cube.commands.store_options import items_option
     from cube.config import REPO_ROOT
     from cube.protocol.benchmarks import load_items
 

@@ -388,7 +388,7 @@ def test_issue45_no_noise_warning_where_the_decisions_are_clear(tmp_path, capsys
 
 def test_issue45_in_noise_is_explained_in_help_with_the_measured_bounds():
     from cube.analysis.noise import DECISION_NOISE
-    from cube.commands.rescore import IN_NOISE_MEANS
+    from cube.analysis.cell_table import IN_NOISE_MEANS
 
     assert f"bf16 {DECISION_NOISE['bfloat16']} nats, fp32 {DECISION_NOISE['float32']:g};".replace("e-05", "e-5") in IN_NOISE_MEANS
     for command in ("run", "rescore"):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from cube.analysis.stats import NoiseFloor
+from cube.analysis.footrule import NoiseFloor
 from cube.config import REPO_ROOT
 from cube.errors import ConfigError
 from cube.models_config import study_checkpoints
@@ -317,7 +317,7 @@ def test_whitespace_accuracy_separates_no_power_from_contradiction():
 def test_a_power_computed_at_the_floored_discordance_says_so():
     """SmolLM2's whitespace pair: 6 discordant items of 600 (1 %), below the 2.5 points the source
     found, so its power is computed at a discordance floored there; the row must say it."""
-    from cube.analysis.stats import mcnemar_power
+    from cube.analysis.paired_tests import mcnemar_power
 
     result = PAPER.result("whitespace_accuracy")
     floored = replace(ws("smollm2", 0.0, 1, mcnemar_power(600, 0.025, 0.025)), discordant=6)
@@ -434,7 +434,7 @@ def test_cot_where_no_model_passes_the_guides_parse_failure_rule_is_not_testable
 
 
 def test_cot_among_trusted_models_is_kept_out_of_the_counts_for_power():
-    from cube.analysis.stats import mcnemar_power
+    from cube.analysis.paired_tests import mcnemar_power
 
     # 67 pairs, 12 discordant: the exact power against +5 and +10 points, computed here independently
     flat = cot_vs_answer_only([replace(cot("q", 0.53, 0.44, 0.3, 0.01), discordant=12)], 0.02)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from cube.analysis.credit import additive_scheme, load_named_schemes
-from cube.analysis.stats import NoiseFloor, reliability_table
+from cube.analysis.calibration import reliability_table
+from cube.analysis.footrule import NoiseFloor
 from cube.paper.figures import (
     CELL_STATUS,
     cell_status,

@@ -25,7 +25,7 @@ def test_html_table_refuses_a_pair_of_two_precisions():
     (compared anyway); the renderer now refuses such a table instead of marking it."""
     import pytest
 
-    from cube.analysis.rescore import check_one_precision
+    from cube.analysis.paired_slices import check_one_precision
     from cube.errors import PrecisionMismatch
     from tests.record_tables import slice_in
 
