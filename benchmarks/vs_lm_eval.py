@@ -8,7 +8,7 @@ of this script answers both, on real demo models, for three workloads on the sam
 - ``full``: the four frozen label sets plus cloze, what a protocol study runs.
 
 The items are exactly those ``cube run --sample N --seed S`` draws (cube's own ``build_spec``), and
-lm-eval runs local tasks whose prompts are cube's byte for byte (``cube.importers.lm_eval``; checked
+lm-eval runs local tasks whose prompts are cube's byte for byte (``cube.importers.lm_eval.local_task``; checked
 before any timing, on lm-eval's own request building, and again on its logged samples). Each
 workload runs as interleaved pairs of fresh processes (cube, lm-eval, cube, lm-eval, ...), fp32,
 the same thread count, so load drift on a shared machine hits both alike. Printed: items/s
@@ -214,7 +214,8 @@ def write_lm_eval_tasks(folder: Path, items, mode: str) -> list[str]:
     contexts: labels for the label sets, the option texts (doc_to_choice from the doc) for cloze.
     """
     from cube.protocol.label_sets import load_label_sets
-    from cube.importers.lm_eval import OPTION_FIELDS, cube_doc_to_text, write_local_task
+    from cube.importers.lm_eval.local_task import cube_doc_to_text, write_local_task
+    from cube.importers.lm_eval.matching import OPTION_FIELDS
 
     label_sets, cloze = MODES[mode]
     sets = load_label_sets()
@@ -355,7 +356,8 @@ def config_without_prefix_cache(folder: Path) -> Path:
 
 def agreement(cube_out: Path, lm_out: Path, items, work: Workload) -> tuple[float, float, int, list[str]]:
     """(max |d loglik| per option, argmax agreement, options compared, prompt mismatches)."""
-    from cube.importers.lm_eval import find_results, import_runs, read_run, read_samples
+    from cube.importers.lm_eval.reading import find_results, read_run, read_samples
+    from cube.importers.lm_eval.records import import_runs
     from cube.records.store import read_records
 
     runs = [read_run(p) for p in find_results(lm_out)]

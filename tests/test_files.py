@@ -127,7 +127,7 @@ def test_issue32_loaders_under_a_memory_limit_refuse_dev_zero_in_one_line(tmp_pa
         "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
         "from cube.cli import main\n"
         "from cube.errors import CubeError\n"
-        "from cube.importers.opencompass import read_config\n"
+        "from cube.importers.opencompass.config import read_config\n"
         "try:\n    read_config(__import__('pathlib').Path('/dev/zero'))\nexcept CubeError as exc:\n    print(exc)\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )

@@ -54,7 +54,7 @@ def _cube_prompt(cell: Mapping[str, Any], templates: Mapping[str, Any] | None = 
     ``templates``: the ones the run rendered with (``Benchmark.templates`` of the file it read;
     None: CMMLU's and C-Eval's exam format); ``n_options``: the most options an item of the cell
     shows, so a ten-label set shows the labels it showed (its first N), not all ten."""
-    from cube.importers.lm_eval import OPTION_FIELDS
+    from cube.importers.lm_eval.matching import OPTION_FIELDS
     from cube.protocol.benchmarks import BENCHMARKS
     from cube.protocol.chat import split_context
     from cube.protocol.label_sets import load_label_sets

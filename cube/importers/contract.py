@@ -14,7 +14,8 @@ after that is shared, so that an imported record means what a record of ``cube r
   which harness wrote the store (``cube.importers.registry``).
 
 Adding a harness is one module with a :class:`HarnessImporter` (and its entry in the registry)
-plus its test.
+plus its test; a larger importer is a package of one module per step, its ``importer`` module
+holding the :class:`HarnessImporter` (``cube.importers.lm_eval``, ``cube.importers.opencompass``).
 """
 
 from __future__ import annotations

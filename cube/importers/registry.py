@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cube.importers import evalscope, inspect_eval, lm_eval, opencompass
+from cube.importers import evalscope, inspect_eval
+from cube.importers.lm_eval import importer as lm_eval
+from cube.importers.opencompass import importer as opencompass
 from cube.importers.contract import HarnessImporter
 
 IMPORTERS: dict[str, HarnessImporter] = {i.name: i for i in (lm_eval.IMPORTER, opencompass.IMPORTER, evalscope.IMPORTER,

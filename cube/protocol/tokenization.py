@@ -12,7 +12,7 @@ label comes without one, a sequence the model rarely saw in training: the MMLU w
 It is a protocol a study may need to reproduce, so it is a named answer context
 (``tokenization: separate``). lm-evaluation-harness 0.4 does *not* do this: it moves the prompt's
 trailing whitespace into the continuation and tokenizes the whole text, which for ``"Answer: "`` +
-``"A"`` scores `` A`` as in-context tokenization does (``cube.importers.lm_eval`` audits it, and a test
+``"A"`` scores `` A`` as in-context tokenization does (``cube.importers.lm_eval.audit`` audits it, and a test
 runs the real lm-eval to show it).
 """
 

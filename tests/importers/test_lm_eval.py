@@ -26,19 +26,13 @@ from cube.protocol.items import stratified_sample
 from cube.protocol.label_sets import load_label_sets
 from cube.protocol.tokenization import tokens_in_context
 from cube.importers.contract import check_metadata_clean, write_store
-from cube.importers.lm_eval import (
-    LM_EVAL_CMMLU_TEXT,
-    ItemMatcher,
-    audit_protocol,
-    cube_doc_to_text,
-    find_results,
-    format_report,
-    import_runs,
-    lm_eval_pair,
-    read_run,
-    task_protocol,
-    write_local_task,
-)
+from cube.importers.lm_eval.audit import audit_protocol, lm_eval_pair
+from cube.importers.lm_eval.local_task import LM_EVAL_CMMLU_TEXT, cube_doc_to_text, write_local_task
+from cube.importers.lm_eval.matching import ItemMatcher
+from cube.importers.lm_eval.protocol import task_protocol
+from cube.importers.lm_eval.reading import find_results, read_run
+from cube.importers.lm_eval.records import import_runs
+from cube.importers.lm_eval.report import format_report
 from cube.records.store import read_manifest, read_records
 
 LMEVAL_VENV = Path(os.environ.get("CUBE_LMEVAL_VENV", REPO_ROOT / ".venv-lmeval"))
@@ -309,7 +303,7 @@ def test_a_store_is_never_written_over(tmp_path, items, all_items):
 
 def test_a_question_shared_by_two_subjects_needs_the_subject(items, all_items):
     # lm-eval's own CMMLU task names its subject (dataset_name): only that subject's items match.
-    from cube.importers.lm_eval import TaskRun
+    from cube.importers.lm_eval.reading import TaskRun
 
     by_hash: dict[str, list] = {}
     for item in all_items:

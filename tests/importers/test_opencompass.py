@@ -24,18 +24,11 @@ import pytest
 from cube.config import REPO_ROOT
 from cube.errors import HarnessImportError
 from cube.importers.contract import check_metadata_clean
-from cube.importers.opencompass import (
-    GEN_SCORER,
-    LABELS,
-    PPL_SCORER,
-    accuracy_by_dataset,
-    cmmlu_prompt,
-    find_runs,
-    import_runs,
-    read_config,
-    read_run,
-    run_config,
-)
+from cube.importers.opencompass.cmmlu_configs import cmmlu_prompt, run_config
+from cube.importers.opencompass.config import read_config
+from cube.importers.opencompass.matching import LABELS
+from cube.importers.opencompass.reading import find_runs, read_run
+from cube.importers.opencompass.records import GEN_SCORER, PPL_SCORER, accuracy_by_dataset, import_runs
 from cube.protocol.scorers import extract_oc_gen
 from cube.records.store import read_manifest, read_records
 
@@ -444,7 +437,7 @@ def test_a_generation_import_says_its_parse_failures_and_why_strict_fails(tmp_pa
     """Issue 36 §6: the report said `M6-strict 1, M6-lenient 0` without saying these were parse
     failures, or why cube's strict extractor fails on every OpenCompass generation (a bare ` A`),
     and printed a label-cell audit for a run that scores no label."""
-    from cube.importers.opencompass import format_report
+    from cube.importers.opencompass.report import format_report
 
     write_oc_run(tmp_path, items, UIDS[:1], "gen", generations=[" A"])
     out = format_report(_import(tmp_path, items))
