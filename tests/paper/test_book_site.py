@@ -294,8 +294,13 @@ SETTLE = r"""(async () => {
         const isP = k => /(^|\W)p(\W|$)|Holm/.test(heads[k] || '');
         const last = rows.filter(r => r.cells.length && clipped(r.cells[r.cells.length - 1])).length;
         const pCells = rows.flatMap(r => [...r.cells].filter((c, k) => isP(k) && clipped(c))).length;
+        // a table laid out as stacked rows (the paper table, .cube-stacked) keeps its header for
+        // screen readers but must not show it: a header box over 1 px is the header drawn again
+        const headBox = t.tHead ? t.tHead.getBoundingClientRect() : {width: 0, height: 0};
         return {index: i, head: heads.slice(0, 3).join(' | '), columns: heads.length, rows: rows.length,
-                lastClipped: last, pClipped: pCells, width: Math.round(t.scrollWidth), box: Math.round(t.clientWidth)};
+                lastClipped: last, pClipped: pCells, width: Math.round(t.scrollWidth), box: Math.round(t.clientWidth),
+                stacked: t.matches('.cube-paper-table, .cube-stacked'),
+                headShown: headBox.width > 1 || headBox.height > 1};
       });
     })(),
     // the paper page's verdicts: each one's box, and whether a scrolling box or the window clips it
@@ -406,6 +411,18 @@ def test_every_tables_last_column_is_in_view_at_1280_and_every_p_column_at_400(r
     assert not wide, f"{page} at 1280 px: {len(wide)} table(s) with the last column out of view: {wide[:3]}"
     cut = [t for t in narrow[page]["tables"] if t["pClipped"]]
     assert not cut, f"{page} at 400 px: {len(cut)} table(s) with a p column out of view: {cut[:3]}"
+
+
+def test_a_stacked_tables_header_is_hidden_but_kept_for_screen_readers(rendered, narrow):
+    """The paper table and the stacked glued tables show each cell with its column's label, so their
+    header row is visually hidden (kept for screen readers): cube.css groups both under one rule, and
+    a version that dropped the merged rule still passed every other check."""
+    stacked = [(page, width, t) for width, pages in (("1280", rendered), ("400", narrow))
+               for page, info in pages.items() for t in info["tables"] if t["stacked"]]
+    assert any(page.endswith("00_paper.html") for page, _, _ in stacked), "no paper table to check"
+    assert any(t["stacked"] and not page.endswith("00_paper.html") for page, _, t in stacked), "no stacked glued table"
+    shown = [(page, width, t["head"]) for page, width, t in stacked if t["headShown"] or not t["columns"]]
+    assert not shown, f"stacked tables drawing their header (or without one): {shown[:3]}"
 
 
 def test_the_tables_check_has_wide_tables_to_measure(rendered):
