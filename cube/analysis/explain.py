@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from cube.analysis.explain_causes import (NOT_APPLICABLE, NOT_IDENTIFIABLE, OPTIONAL_FACTORS, PROTOCOL_FACTORS, Side,
                                          compare_protocols, item_causes)
-from cube.analysis.explain_protocol import describe, prompt_diff
+from cube.analysis.explain_protocol import cell_verdict, describe, prompt_diff
 from cube.analysis.explain_selectors import (
     AGGREGATIONS,
     HARNESS_AGGREGATION,
@@ -341,11 +341,23 @@ def _cell_dtype(manifest: Mapping[str, Any], cell: Mapping[str, Any]) -> str | N
     return cell_dtypes(manifest).get(tuple(cell.get(k) for k in CELL_KEY))
 
 
+def _run_audit(store: Path) -> dict | None:
+    """The audit a cube store's run logs carry, as a prediction whose families are its models; None
+    for a store without one (an import, or runs from before cube audited them)."""
+    from cube.analysis.confirm import run_audit_prediction
+
+    try:
+        return run_audit_prediction(store)[0]
+    except ConfigError:
+        return None
+
+
 def explain_slices(spec_a: SliceSpec, spec_b: SliceSpec, allow_incomplete: bool = False,
                    verify: bool = True, B: int = 10_000, seed: int = 0) -> Explanation:
     """Read both stores (once where they are one), select one cell each, and explain the gap.
 
-    cube's own cells are judged against the frozen tokenizer audit (made before any record); an
+    cube's own cells are judged against the audit their run logged before it loaded the weights
+    (``cube confirm --run-audit``'s), else the frozen tokenizer audit (made before any record); an
     imported store carries its own audit in its manifest.
     """
     from cube.analysis.chance import options_per_record
@@ -358,6 +370,7 @@ def explain_slices(spec_a: SliceSpec, spec_b: SliceSpec, allow_incomplete: bool 
     frozen_path = FROZEN_PREDICTION
     frozen = read_prediction(frozen_path) if frozen_path.is_file() else None
     tables: dict[Path, pa.Table] = {}
+    run_audits: dict[Path, dict | None] = {}
     sides = []
     for name, spec in (("A", spec_a), ("B", spec_b)):
         key = spec.store.resolve()
@@ -367,10 +380,15 @@ def explain_slices(spec_a: SliceSpec, spec_b: SliceSpec, allow_incomplete: bool 
         table = one_cell(tables[key], spec)
         cell = first_cell(table)
         family = model_families(manifest).get(cell["model"])
+        if key not in run_audits:
+            run_audits[key] = _run_audit(spec.store)
+        audit, audit_family = frozen, family
+        if run_audits[key] is not None and cell_verdict(run_audits[key], cell["model"], cell) is not None:
+            audit, audit_family = run_audits[key], cell["model"]  # the run's own audit of this very cell
         contexts = pc.unique(table.column("context")).to_pylist()
         bench = store_benchmark(spec.store, cell["benchmark"])  # a user's file: the templates its run read
         templates = bench.templates() if bench is not None and bench.user is not None else None
-        protocol = describe(manifest, cell, frozen, family, contexts, templates,
+        protocol = describe(manifest, cell, audit, audit_family, contexts, templates,
                             int(options_per_record(table).max()) if table.num_rows else None)
         aggregation = spec.aggregation
         if aggregation == HARNESS_AGGREGATION:

@@ -84,7 +84,9 @@ def _cube_prompt(cell: Mapping[str, Any], templates: Mapping[str, Any] | None = 
     return text, prefix, CUBE_TOKENIZATION.get(mode, mode)
 
 
-def _frozen_verdict(frozen: Mapping[str, Any] | None, family: str | None, cell: Mapping[str, Any]) -> str | None:
+def cell_verdict(frozen: Mapping[str, Any] | None, family: str | None, cell: Mapping[str, Any]) -> str | None:
+    """The verdict an audit document (the frozen prediction, or a run's own audit) gives a record's
+    (family, label set, context) cell; None where it has none."""
     if not frozen or not family:
         return None
     for c in frozen.get("cells", []):
@@ -115,7 +117,7 @@ def describe(manifest: Mapping[str, Any], cell: Mapping[str, Any],
     prompt, prefix, tokenization = _cube_prompt(cell, templates, n_options)
     digest = _chat_sha256(manifest, cell)
     return ScoringProtocol("cube", prompt, prefix, tokenization, normalisation,
-                           _frozen_verdict(frozen_audit, family, cell), extractor=extractor_of(cell["scorer"]),
+                           cell_verdict(frozen_audit, family, cell), extractor=extractor_of(cell["scorer"]),
                            aggregation=CUBE_AGGREGATION, headline="micro", chat_template=_chat_template(cell, digest),
                            chat_template_sha256=digest,
                            # cube's shots: dev items of the subject, each ending in its answer label

@@ -411,3 +411,19 @@ def test_a_users_file_all_the_way_with_only_model_benchmark_and_out(tmp_path, ca
     diff = json.loads(capsys.readouterr().out)["prompt_diff"]
     assert '-"A. {{A}}\\n"' in diff and '+"(A) {{A}}\\n"' in diff
     assert not any("以下是中国" in line or "答案" in line for line in diff)
+
+
+def test_explain_judges_a_fresh_runs_cells_by_the_audit_that_run_logged(tmp_path, capsys):
+    """A label set the frozen audit never saw (A10_halfwidth, chosen for a file of up to 5 options):
+    explain read only the frozen audit and said "not audited" of cells the run had audited before
+    it loaded the weights; it now reads the run's own audit first, as `cube confirm --run-audit` does."""
+    from cube.analysis.explain import explain_slices
+    from cube.analysis.explain_selectors import parse_slice
+
+    store = tmp_path / "chat"
+    assert main(["run", "--model", "smollm2-135m-instruct", "--benchmark", str(FIXTURE / "zh.csv"),
+                 "--label-sets", "A10_halfwidth", "--scorers", "M1-seq", "--dtype", "float32",
+                 "--chat-template", "none,model", "--out", str(store)]) == 0
+    capsys.readouterr()
+    found = explain_slices(parse_slice(f"{store}:context=zh_cue"), parse_slice(f"{store}:context=zh_cue@chat"))
+    assert found.factor("tie_break").detail == "audit: A max1tok, B max1tok"
