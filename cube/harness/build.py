@@ -13,7 +13,8 @@ from dataclasses import replace
 
 from cube.errors import ConfigError
 from cube.harness.run_config import RunConfig, RunSettings
-from cube.harness.runner import RunSpec, preflight
+from cube.harness.passes import preflight
+from cube.harness.run_spec import RunSpec
 from cube.records.schema import GENERATION_SCORERS
 
 # The scorers that read only each label's first token: on a DEGEN cell their scores are a tie-break.

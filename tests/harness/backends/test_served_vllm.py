@@ -121,10 +121,10 @@ def test_letters_and_cloze_through_the_server_match_the_hf_backend(served, hf_ba
 
 
 def test_greedy_generations_through_the_server_match_the_hf_backend(served, hf_backend, items):
-    from cube.harness.runner import _generation_prompt
+    from cube.harness.passes import _generation_prompt
     from cube.protocol.label_sets import select_label_sets
     from cube.protocol.prompts import Cell
-    from cube.harness.runner import RunSpec
+    from cube.harness.run_spec import RunSpec
 
     cell = Cell(select_label_sets(["L1_halfwidth"])[0], "zh_cue", 0, "original")
     spec = RunSpec(model=DEMO, items=tuple(items), cells=(cell,), scorers=("M6",))
