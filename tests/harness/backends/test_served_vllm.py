@@ -59,7 +59,8 @@ def hf_backend():
 
 @pytest.fixture(scope="module")
 def served(server):
-    from cube.harness.backends.served import ServedBackend, ServerClient, ServerSettings
+    from cube.harness.backends.served import ServedBackend
+    from cube.harness.backends.served_client import ServerClient, ServerSettings
 
     return ServedBackend(ServerClient(ServerSettings(server, DEMO, concurrency=2)))
 
@@ -182,7 +183,8 @@ def test_the_fast_path_matches_the_echo_path_and_the_hf_backend(server, hf_backe
     """vLLM's ``logprob_token_ids`` next-token answers (``served_fast``) against its own echoed
     prompt log-probabilities and against transformers in-process, on the same label requests; the
     probe (batched, reversed, alone, against the echo path) passes under --strict-audit's rule."""
-    from cube.harness.backends.served import ServedBackend, ServerClient, ServerSettings
+    from cube.harness.backends.served import ServedBackend
+    from cube.harness.backends.served_client import ServerClient, ServerSettings
     from cube.harness.model_spec import parse_model
 
     letters = letter_requests(items)
