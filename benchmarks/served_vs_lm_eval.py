@@ -89,7 +89,8 @@ def cube_requests(spec, tokenizer) -> dict[str, dict[str, object]]:
     import numpy as np
 
     from cube.harness.backends.base import Backend, ContinuationLogprobs, ForwardCounter, plan_request
-    from cube.harness.runner import SCORING_WORK, plan_jobs
+    from cube.harness.passes import SCORING_WORK
+    from cube.harness.run_spec import plan_jobs
 
     found: dict[str, dict[str, object]] = {}
 

@@ -41,7 +41,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from cube.harness.run_config import RunConfig
-    from cube.harness.runner import RunSpec
+    from cube.harness.run_spec import RunSpec
 
 REPO = Path(__file__).resolve().parents[1]
 LMEVAL_VENV = Path(os.environ.get("CUBE_LMEVAL_VENV", REPO / ".venv-lmeval"))
@@ -165,7 +165,8 @@ def cube_workload(spec, tokenizer) -> Workload:
     the requests are the runner's, not a re-derivation of them.
     """
     from cube.harness.backends.base import Backend, ContinuationLogprobs, ForwardCounter, plan_request
-    from cube.harness.runner import SCORING_WORK, plan_jobs
+    from cube.harness.passes import SCORING_WORK
+    from cube.harness.run_spec import plan_jobs
 
     work = Workload()
 

@@ -35,11 +35,11 @@ DEFAULT_SHARD_SIZE = 50  # what `cube run` used when these lines were written an
 def planned_files(entry: dict) -> list[str] | None:
     """The shard files an old line's run planned, or None for a line that vouches for nothing.
 
-    Re-planned as the runner plans (``cube.harness.runner.plan_jobs``) from the logged scorers,
+    Re-planned as the runner plans (``cube.harness.run_spec.plan_jobs``) from the logged scorers,
     cells, item count, shard size (the logged command's ``--shard-size``, else the default) and
     shard, and checked against the number of jobs the line says it ran and skipped.
     """
-    from cube.harness.runner import RunSpec, plan_jobs
+    from cube.harness.run_spec import RunSpec, plan_jobs
     from cube.protocol.label_sets import LabelSet
     from cube.protocol.prompts import Cell
     from cube.records.provenance import _cell_parts as cell_parts  # the logged cell key's one parser

@@ -19,7 +19,7 @@ class Killed(Exception):
 
 def killed_run_spec(benchmarks_root: Path):
     from cube.harness.run_config import RunSettings
-    from cube.harness.runner import RunSpec
+    from cube.harness.run_spec import RunSpec
     from cube.protocol.items import load_cmmlu, stratified_sample
     from cube.protocol.label_sets import load_label_sets
     from cube.protocol.prompts import Cell

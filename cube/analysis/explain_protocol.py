@@ -138,7 +138,7 @@ def _chat_template(cell: Mapping[str, Any], digest: str | None) -> str:
 
 def _chat_sha256(manifest: Mapping[str, Any], cell: Mapping[str, Any]) -> str | None:
     """The digest of the chat template the store recorded for the model's chat cells
-    (``cube.harness.runner.cell_configs``), where they record one; None for a plain cell."""
+    (``cube.harness.run_spec.cell_configs``), where they record one; None for a plain cell."""
     from cube.protocol.chat import MODEL_CHAT, NO_CHAT, split_context
 
     if split_context(str(cell["context"]))[1] == NO_CHAT:

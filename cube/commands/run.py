@@ -205,7 +205,7 @@ def cell_count(spec) -> str:
     from collections import Counter
     from dataclasses import replace
 
-    from cube.harness.runner import plan_jobs
+    from cube.harness.run_spec import plan_jobs
 
     every = plan_jobs(replace(spec, shard=(0, 1)))  # every cell, whichever shard this process runs
     kinds = Counter(kind for kind, _ in dict.fromkeys((j.kind, j.cell_name) for j in every))
@@ -224,7 +224,7 @@ def _needs(args: argparse.Namespace) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     from cube.harness.build import build_spec as build
-    from cube.harness.runner import resume_plan
+    from cube.harness.resume import resume_plan
     from cube.harness.runner import run as run_spec
     from cube.records.store import create_store, writer_lock
 

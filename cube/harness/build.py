@@ -13,7 +13,8 @@ from dataclasses import replace
 
 from cube.errors import ConfigError
 from cube.harness.run_config import RunConfig, RunSettings
-from cube.harness.runner import RunSpec, preflight
+from cube.harness.passes import preflight
+from cube.harness.run_spec import RunSpec
 from cube.records.schema import GENERATION_SCORERS
 
 # The scorers that read only each label's first token: on a DEGEN cell their scores are a tie-break.
@@ -130,8 +131,8 @@ def model_of(config: RunConfig):
 
     if config.backend != "openai":
         return parse_model(config.model, config.trust_remote_code)
-    from cube.harness.backends.served import API_KEY_ENV, DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT_S, ServerSettings, \
-        served_model
+    from cube.harness.backends.served import served_model
+    from cube.harness.backends.served_client import API_KEY_ENV, DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT_S, ServerSettings
 
     settings = ServerSettings(
         base_url=config.base_url, model=config.model, revision=config.revision,
@@ -255,7 +256,7 @@ def audit_cells(model, label_sets, config: RunConfig, chat_template=None, templa
 
     cells = audit(model.tokenizer())
     if served and model.local is not None:
-        from cube.harness.backends.served import compare_audits
+        from cube.harness.backends.served_audit import compare_audits
 
         local_tokenizer = model.local.tokenizer()
         ids_comparable = bool(model.backend.table.server_ids)

@@ -249,7 +249,7 @@ def make_plan(runs: Sequence[RunConfig], items_per_job: int, dry_run: bool = Fal
     A model that cannot be resolved here is planned, in a dry run only, from a demo model's items
     and cells, and named in ``stand_ins``: its jobs are counted, its identity is not known.
     """
-    from cube.harness.runner import cell_configs, plan_jobs
+    from cube.harness.run_spec import cell_configs, plan_jobs
     from cube.records.store import rows_per_item
 
     if items_per_job < 1:

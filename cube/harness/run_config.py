@@ -9,7 +9,7 @@ the run log records it (``to_log``) and a logged run reads back as one (``from_l
 through their command), and the runner's ``RunSpec`` takes its defaults from it.
 ``cube.harness.build.build_spec`` turns it into the ``RunSpec`` the runner executes.
 
-What a resume compares is ``cube.harness.runner.cell_configs`` of the spec (one dict per cell, in
+What a resume compares is ``cube.harness.run_spec.cell_configs`` of the spec (one dict per cell, in
 the store's manifest), and ``RunSpec.config_hash`` is its digest: the one identity of a run.
 """
 
@@ -215,7 +215,7 @@ class RunConfig:
         return shlex.join(parts)
 
 
-# The settings every cell configuration records (``cube.harness.runner.cell_configs``), in order.
+# The settings every cell configuration records (``cube.harness.run_spec.cell_configs``), in order.
 RECORDED_SETTINGS = ("model_sha256", "dtype", "backend", "device", "benchmark", "split", "subjects",
                      "sample", "within", "seed", "model_files", "benchmark_sha256")
 

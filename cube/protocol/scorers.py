@@ -282,7 +282,7 @@ def extract_m6(text: str, labels: Sequence[str], option_texts: Sequence[str],
 # --- the scorer table: one entry per scorer, beside its function ----------------------------------
 #
 # Everything else is derived from it: the record names and scorer groups of the schema
-# (cube.records.schema), the runner's passes and the records each writes (cube.harness.runner),
+# (cube.records.schema), the runner's passes and the records each writes (cube.harness.passes),
 # the run log's protocols (cube.records.provenance), the --scorers help and the docs' scorer
 # table (markdown_table; a test holds README.md and book/method.md to it). A new scorer that
 # reads an existing pass is one entry here plus its test.

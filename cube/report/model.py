@@ -219,7 +219,7 @@ class ReportAnalysis:
     cells: list[CellScore]
     ranges: list[ScorerRange]
     summaries: list[str]  # one sentence per model, quotable
-    code: str  # sha256 of cube's sources that built the report (cube.report.analysis.code_digest)
+    code: str  # sha256 of cube's sources that built the report (cube.report.provenance.code_digest)
     audit: list[AuditCell]
     audit_source: str
     comparisons: list[Comparison]

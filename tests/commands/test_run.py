@@ -321,7 +321,8 @@ def _store_of(tmp_path, model: str, scorers: tuple[str, ...], margin: float):
     configurations), every label decision won by ``margin`` and every generation parsed but one; no
     model runs."""
     from cube.harness.run_config import RunSettings
-    from cube.harness.runner import RunSpec, cell_configs, plan_jobs, write_job_shard
+    from cube.harness.run_spec import RunSpec, cell_configs, plan_jobs
+    from cube.harness.runner import write_job_shard
     from tests.record_tables import record
     from tests.records.test_merge import CELLS, ITEMS
 

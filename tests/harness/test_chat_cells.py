@@ -59,7 +59,8 @@ def qwen3_chat(qwen3_no_template, qwen_template, tmp_path) -> Path:
 def chat_prompts(config, kind: str = "label") -> dict[str, list[str]]:
     """The prompt text of every request of ``kind`` the runner sends the backend, per cell."""
     from cube.harness.build import build_spec
-    from cube.harness.runner import SCORING_WORK, plan_jobs
+    from cube.harness.passes import SCORING_WORK
+    from cube.harness.run_spec import plan_jobs
 
     spec = build_spec(config)
     return {job.cell_name: [r.context for r in SCORING_WORK[kind](spec, job).requests]
@@ -117,7 +118,8 @@ def test_a_qwen_chat_cell_is_recorded_audited_resumed_sliced_and_explained(qwen3
     shown = prompts["label--L1_halfwidth__zh_cue@chat__0shot__original"]
     # answer-only generation continues the same chat prompt (its cue opening the reply)
     from cube.harness.build import build_spec
-    from cube.harness.runner import _generation_prompt, plan_jobs
+    from cube.harness.passes import _generation_prompt
+    from cube.harness.run_spec import plan_jobs
 
     spec = build_spec(config)
     (job,) = [j for j in plan_jobs(spec) if j.cell_name == "gen--L1_halfwidth__zh_cue@chat__0shot__original"]
@@ -219,7 +221,8 @@ PLAIN_PROMPTS_ON_MAIN = "b21a05ab2403d8b4"
 def test_the_none_form_is_the_plain_prompt_byte_for_byte():
     from cube.harness.build import build_spec
     from cube.harness.run_config import RunConfig
-    from cube.harness.runner import SCORING_WORK, _generation_prompt, cell_configs, plan_jobs
+    from cube.harness.passes import SCORING_WORK, _generation_prompt
+    from cube.harness.run_spec import cell_configs, plan_jobs
 
     config = RunConfig(model="smollm2-135m-instruct", subjects=("anatomy",), sample=3, shots=(0, 5),
                        label_sets=("L1_halfwidth", "L4_circled"), scorers=("M1-seq", "M2", "TF", "M6"),
@@ -263,7 +266,8 @@ def test_thinking_off_and_on_are_cells_of_their_own(qwen3_thinking, qwen_templat
 
     from cube.harness.build import build_spec
     from cube.harness.run_config import RunConfig
-    from cube.harness.runner import _generation_prompt, plan_jobs
+    from cube.harness.passes import _generation_prompt
+    from cube.harness.run_spec import plan_jobs
     from cube.records.store import read_manifest, read_records
 
     out = tmp_path / "out"

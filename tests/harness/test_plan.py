@@ -39,7 +39,7 @@ def job_spec(args: tuple[str, ...]):
 def test_the_jobs_write_the_single_process_shards_each_once(benchmarks_root, chat_templates):
     from cube.harness.build import build_spec
     from cube.harness.plan import make_plan
-    from cube.harness.runner import cell_configs, plan_jobs
+    from cube.harness.run_spec import cell_configs, plan_jobs
 
     config = RunConfig(model=MODEL, sample=10, label_sets=("L1_halfwidth", "L4_circled"),
                        contexts=("zh_cue", "en_label_space"), shots=(0,), orders=("original", "shift1"),
@@ -263,7 +263,7 @@ def test_a_plan_of_thinking_cells_writes_the_single_process_shards(benchmarks_ro
     (a chat form such as model+nothink is no --chat-template value), and the jobs write the single run's shards."""
     from cube.harness.build import build_spec
     from cube.harness.plan import make_plan
-    from cube.harness.runner import cell_configs, plan_jobs
+    from cube.harness.run_spec import cell_configs, plan_jobs
 
     config = RunConfig(model=str(qwen3_thinking), sample=4, chat_templates=("none", "model"), thinking=thinking,
                        scorers=scorers, dtype="float32", shard_size=2)

@@ -11,7 +11,9 @@ import pytest
 from cube.errors import ResumeMismatch
 from cube.harness.precision import choose_dtype, recorded_dtype
 from cube.harness.run_config import RunSettings
-from cube.harness.runner import RunSpec, cell_configs, plan_jobs, resume_plan, write_job_shard
+from cube.harness.resume import resume_plan
+from cube.harness.run_spec import RunSpec, cell_configs, plan_jobs
+from cube.harness.runner import write_job_shard
 from cube.protocol.items import Item
 from cube.protocol.label_sets import LabelSet
 from cube.protocol.prompts import Cell

@@ -104,7 +104,7 @@ def test_a_bad_shard_text_names_the_value():
 def test_the_identity_includes_the_dtype_and_not_the_shard():
     """A resume under another dtype must refuse; v1 of the hash left the dtype out (issue 25)."""
     from cube.harness.run_config import RunSettings
-    from cube.harness.runner import RunSpec
+    from cube.harness.run_spec import RunSpec
     from cube.protocol.items import Item
 
     made_up = tuple(Item("cmmlu", "s", "test", n, f"q{n}", ("a", "b", "c", "d"), 0) for n in range(3))

@@ -9,8 +9,10 @@ pytest.importorskip("torch")
 
 from cube.errors import ConfigError, RecordsError  # noqa: E402
 from cube.harness.backends.hf import HFBackend  # noqa: E402
+from cube.harness.resume import pending_jobs  # noqa: E402
 from cube.harness.run_config import RunSettings  # noqa: E402
-from cube.harness.runner import RunSpec, pending_jobs, plan_jobs, run  # noqa: E402
+from cube.harness.run_spec import RunSpec, plan_jobs  # noqa: E402
+from cube.harness.runner import run  # noqa: E402
 from cube.protocol.items import load_cmmlu, stratified_sample  # noqa: E402
 from cube.protocol.label_sets import load_label_sets  # noqa: E402
 from cube.protocol.prompts import Cell  # noqa: E402
@@ -156,7 +158,7 @@ def test_cells_that_join_a_finished_store_do_not_score_its_done_cells_again(tmp_
     log = run(joined, both, tmp_path, progress=False)
     n_first = len(plan_jobs(first))
     assert log["jobs_skipped"] == n_first and log["jobs_run"] == n_first and log["jobs_rescored"] == 0
-    from cube.harness.runner import SCORING_WORK
+    from cube.harness.passes import SCORING_WORK
 
     new_requests = sum(len(SCORING_WORK[j.kind](both, j).requests) for j in plan_jobs(both) if j.cell == spec.cells[1])
     assert sum(calls) == new_requests
@@ -170,7 +172,7 @@ def test_every_scoring_cell_of_a_chunk_shares_one_call_and_scores_as_each_cell_a
     import dataclasses
 
     from cube.harness.backends.base import plan_request, prefix_tree_minimum
-    from cube.harness.runner import SCORING_WORK
+    from cube.harness.passes import SCORING_WORK
 
     scoring = dataclasses.replace(spec, scorers=("M1-seq", "M1-strict", "M2", "M3", "M4", "M5"))
     together = backend(tiny_qwen3, qwen3_tokenizer)
@@ -382,7 +384,7 @@ def test_a_resume_reruns_a_truncated_or_edited_shard(tmp_path, items, tiny_qwen3
     """Issue 22: a truncated shard whose manifest sha256 was updated, and a shard edited after
     writing, were both 'done' on resume ("0 shards to run") while every reader refused them."""
     from cube.checksums import sha256_file
-    from cube.harness.runner import resume_plan
+    from cube.harness.resume import resume_plan
     from cube.records.store import read_records
 
     spec = label_only(items)
@@ -421,7 +423,7 @@ def test_a_run_that_fails_before_its_first_shard_records_no_cell(tmp_path, items
     from dataclasses import replace
 
     from cube.errors import ResumeMismatch
-    from cube.harness.runner import cell_configs
+    from cube.harness.run_spec import cell_configs
     from cube.records.store import MANIFEST_NAME, read_manifest, read_records
 
     class Dies(Exception):
@@ -490,20 +492,22 @@ def test_a_run_given_its_plan_tries_the_prompts_and_plans_the_resume_once(tmp_pa
     import cube.harness.runner as runner
 
     calls = {"preflight": 0, "resume_plan": 0}
-    for name in calls:
+    counted_of = {}
+    for name in calls:  # patched where the runner calls them (it imports both from their modules)
         real = getattr(runner, name)
 
         def counted(*args, _real=real, _name=name, **kwargs):
             calls[_name] += 1
             return _real(*args, **kwargs)
 
+        counted_of[name] = counted
         monkeypatch.setattr(runner, name, counted)
     spec = label_only(items)
     run(backend(tiny_qwen3, qwen3_tokenizer), spec, tmp_path, progress=False)  # no plan: run makes its own
     assert calls == {"preflight": 1, "resume_plan": 1}
     more = label_only(items, cells=spec.cells + (Cell(load_label_sets()["L4_circled"], "zh_cue", 0),))
-    runner.preflight(more)
-    plan = runner.resume_plan(more, tmp_path)  # as cube run does, before the model loads
+    counted_of["preflight"](more)
+    plan = counted_of["resume_plan"](more, tmp_path)  # as cube run does, before the model loads
     log = run(backend(tiny_qwen3, qwen3_tokenizer), more, tmp_path, progress=False, plan=plan)
     assert calls == {"preflight": 2, "resume_plan": 2}  # the given plan is used as it is
     assert (log["jobs_run"], log["jobs_skipped"]) == (len(plan.todo), plan.done) == (2, 2)
@@ -520,7 +524,7 @@ def test_each_generation_records_its_length_and_why_it_ended_as_transformers_gen
     import torch
 
     from cube.harness.backends import open_backend
-    from cube.harness.runner import _generation_prompt
+    from cube.harness.passes import _generation_prompt
     from cube.protocol.tokenization import encode_ids
 
     model = "smollm2-135m-instruct"

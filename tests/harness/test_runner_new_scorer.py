@@ -47,7 +47,8 @@ SCRIPT = textwrap.dedent('''
     from cube.config import load_config
     from cube.harness.backends.base import ScoreRequest
     from cube.harness.backends.hf import HFBackend
-    from cube.harness.runner import RunSpec, run
+    from cube.harness.run_spec import RunSpec
+    from cube.harness.runner import run
     from cube.protocol.items import load_cmmlu, stratified_sample
     from cube.protocol.label_sets import load_label_sets
     from cube.protocol.prompts import Cell, cloze_prompt

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from cube.errors import RecordsError
-from cube.harness.runner import RunSpec, plan_jobs, write_job_shard
+from cube.harness.run_spec import RunSpec, plan_jobs
+from cube.harness.runner import write_job_shard
 from cube.protocol.items import Item
 from cube.protocol.label_sets import LabelSet
 from cube.protocol.prompts import Cell

@@ -409,7 +409,8 @@ def test_tied_scores_and_generations_keep_their_own_rules(tmp_path):
 def _harness_store(folder, n_items: int = 30, shard_size: int = 5, chunks=range(2), dtype: str | None = None):
     """A harness store holding ``chunks`` of one label cell (M1-seq, M1-strict) of ``n_items`` invented
     items, written as the runner writes them: each shard with its cell's configuration."""
-    from cube.harness.runner import RunSpec, cell_configs, plan_jobs, write_job_shard
+    from cube.harness.run_spec import RunSpec, cell_configs, plan_jobs
+    from cube.harness.runner import write_job_shard
     from cube.protocol.items import Item
     from cube.protocol.label_sets import LabelSet
     from cube.protocol.prompts import Cell
@@ -471,7 +472,7 @@ def test_promised_shards_are_the_runners_plan():
     """The store's promise and the runner's plan are two readings of one configuration: they agree."""
     from dataclasses import replace
 
-    from cube.harness.runner import cell_configs, plan_jobs
+    from cube.harness.run_spec import cell_configs, plan_jobs
     from cube.records.store import promised_shards
 
     for n_items, size in ((30, 5), (7, 5), (1, 50), (134, 50)):
@@ -588,7 +589,7 @@ def _damage(kind, shard: pa.Table) -> pa.Table:
 def test_issue32_a_resume_finds_the_schema_level_damage_the_readers_find(tmp_path, kind):
     """Issue 32 §5: after each of these (shard and manifest entry rewritten together), resume said
     "0 shards to run" while every reader refused the store, so the store never healed."""
-    from cube.harness.runner import resume_plan
+    from cube.harness.resume import resume_plan
 
     spec = _harness_store(tmp_path, n_items=10, shard_size=5, chunks=range(2))
     name = f"{CELL}--00000.parquet"
@@ -677,7 +678,7 @@ def test_records_whose_dtype_disagrees_with_their_manifest_cell_are_refused_by_r
     """Issue 48: records rewritten (with their manifest entry) to say another precision, or none,
     than the cell their manifest records passed every reader, so the precision guard of a paired
     comparison was told what the records said; the reader and resume now both refuse them."""
-    from cube.harness.runner import resume_plan
+    from cube.harness.resume import resume_plan
 
     spec = _harness_store(tmp_path, n_items=10, shard_size=5, chunks=range(2), dtype="bfloat16")
     assert set(read_records(tmp_path).column("dtype").to_pylist()) == {"bfloat16"}

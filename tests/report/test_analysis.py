@@ -15,8 +15,9 @@ from cube.cli import main
 from cube.config import REPO_ROOT
 from cube.errors import ConfigError
 from cube.protocol.chat import record_context
-from cube.report.analysis import analyse, minimum_detectable_effect
+from cube.report.analysis import analyse
 from cube.report.model import read_analysis
+from cube.report.sensitivity import minimum_detectable_effect
 
 RECORDS = REPO_ROOT / "data" / "records"
 HARNESS = REPO_ROOT / "data" / "harnesses" / "cube-smollm2-24"

@@ -35,7 +35,7 @@ _BATCH_ROWS = 65_536
 # hidden where nobody scrubs, as tie_groups once allowed); a value of its form is still scanned,
 # but only for question spans, near copies and options of NEAR_MIN_CHARS or more, because hex
 # digits and model names share short options ("1949", "135m") by chance. tie_groups: groups of two
-# or more option positions joined by "=", groups joined by ";", "" for no tie (cube.harness.runner writes
+# or more option positions joined by "=", groups joined by ";", "" for no tie (cube.harness.passes writes
 # it, cube.analysis.confirm parses it).
 _NAME = r"^[A-Za-z0-9._+-]{1,64}$"
 ID_FORMS = {

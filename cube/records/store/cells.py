@@ -159,7 +159,7 @@ def promised_shards(cell: str, config: Mapping[str, Any]) -> dict[str, int] | No
     """``<model>/<file>`` -> rows of every shard the cell's configuration promises (None: unknown).
 
     The harness cuts the cell's ``n_items`` into chunks of ``shard_size``, one shard each
-    (``cube.harness.runner.plan_jobs``), so the last chunk may be short.
+    (``cube.harness.run_spec.plan_jobs``), so the last chunk may be short.
     """
     n, size, per = config.get("n_items"), config.get("shard_size"), rows_per_item(config)
     if not (isinstance(n, int) and isinstance(size, int) and n >= 0 and size >= 1 and per):

@@ -15,7 +15,9 @@ import pytest
 
 from cube.errors import ConfigError
 from cube.harness.backends.base import ScoreRequest
-from cube.harness.backends.served import API_KEY_ENV, ServedBackend, ServerClient, ServerError, ServerSettings, served_model
+from cube.harness.backends.served import ServedBackend, served_model
+from cube.harness.backends.served_client import API_KEY_ENV, ServerClient, ServerSettings
+from cube.harness.backends.served_info import ServerError
 from cube.harness.run_config import RunConfig
 from cube.protocol.tokenization import tokens_in_context
 from tests.harness.backends.fake_server import FakeState, fake_logprob, serve

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from cube.harness.backends.base import ScoreRequest
-from cube.harness.backends.served import ServerError
+from cube.harness.backends.served_info import ServerError
 from cube.protocol.tokenization import tokens_in_context
 from tests.harness.backends.fake_server import FakeState, fake_logprob, serve
 from tests.harness.backends.test_served import DEMO, REQUESTS, backend_for, records_of, run_argv

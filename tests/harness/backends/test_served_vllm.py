@@ -59,7 +59,8 @@ def hf_backend():
 
 @pytest.fixture(scope="module")
 def served(server):
-    from cube.harness.backends.served import ServedBackend, ServerClient, ServerSettings
+    from cube.harness.backends.served import ServedBackend
+    from cube.harness.backends.served_client import ServerClient, ServerSettings
 
     return ServedBackend(ServerClient(ServerSettings(server, DEMO, concurrency=2)))
 
@@ -121,10 +122,10 @@ def test_letters_and_cloze_through_the_server_match_the_hf_backend(served, hf_ba
 
 
 def test_greedy_generations_through_the_server_match_the_hf_backend(served, hf_backend, items):
-    from cube.harness.runner import _generation_prompt
+    from cube.harness.passes import _generation_prompt
     from cube.protocol.label_sets import select_label_sets
     from cube.protocol.prompts import Cell
-    from cube.harness.runner import RunSpec
+    from cube.harness.run_spec import RunSpec
 
     cell = Cell(select_label_sets(["L1_halfwidth"])[0], "zh_cue", 0, "original")
     spec = RunSpec(model=DEMO, items=tuple(items), cells=(cell,), scorers=("M6",))
@@ -182,7 +183,8 @@ def test_the_fast_path_matches_the_echo_path_and_the_hf_backend(server, hf_backe
     """vLLM's ``logprob_token_ids`` next-token answers (``served_fast``) against its own echoed
     prompt log-probabilities and against transformers in-process, on the same label requests; the
     probe (batched, reversed, alone, against the echo path) passes under --strict-audit's rule."""
-    from cube.harness.backends.served import ServedBackend, ServerClient, ServerSettings
+    from cube.harness.backends.served import ServedBackend
+    from cube.harness.backends.served_client import ServerClient, ServerSettings
     from cube.harness.model_spec import parse_model
 
     letters = letter_requests(items)
