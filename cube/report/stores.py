@@ -92,8 +92,9 @@ def load_stores(paths: Sequence[str | Path], allow_incomplete: bool, progress: b
             taken.add(name)
         if any(k != v for k, v in renamed.items()):
             back = {v: k for k, v in renamed.items()}
-            column = pa.array([back[m] for m in table.column("model").to_pylist()], pa.string())
-            table = table.set_column(table.column_names.index("model"), "model", column)
+            field = table.schema.field("model")  # its type and nullability kept: the sections join stores' tables
+            column = pa.array([back[m] for m in table.column("model").to_pylist()], field.type)
+            table = table.set_column(table.column_names.index("model"), field, column)
         loaded.append(LoadedStore(Path(path), harness, manifest, table, renamed))
     return loaded
 

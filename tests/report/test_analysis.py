@@ -23,6 +23,7 @@ RECORDS = REPO_ROOT / "data" / "records"
 HARNESS = REPO_ROOT / "data" / "harnesses" / "cube-smollm2-24"
 EVALSCOPE = REPO_ROOT / "data" / "imported" / "evalscope-smollm2"
 INSPECT = REPO_ROOT / "data" / "imported" / "inspect-smollm2"
+LM_EVAL = REPO_ROOT / "data" / "imported" / "lm-eval-smollm2"
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +115,18 @@ def test_a_cube_run_and_an_import_of_one_model_get_explains_gap(capsys, imported
     # the import's model is kept apart from cube's (one store each), never pooled
     assert {c.model for c in a.cells} == {"smollm2-135m-instruct",
                                          f"smollm2-135m-instruct ({label}, {imported.name})"}
+
+
+def test_a_renamed_model_keeps_its_columns_type_so_the_sections_can_join_two_stores():
+    """cube's run and lm-eval's import of one model: the import's model is renamed, and the renamed
+    column had lost its not-null flag, so joining the two stores' tables for the rankings section
+    raised ArrowInvalid (a schema mismatch) instead of a report."""
+    from cube.report.stores import load_stores
+
+    stores = load_stores([HARNESS, LM_EVAL], allow_incomplete=False)
+    assert len({s.table.schema.field("model") for s in stores}) == 1
+    a = analyse([HARNESS, LM_EVAL], replicates=50)
+    assert {c.model for c in a.cells} == {"smollm2-135m-instruct", f"smollm2-135m-instruct (lm-eval, {LM_EVAL.name})"}
 
 
 def test_a_store_without_the_cells_gets_one_line_per_missing_section():
