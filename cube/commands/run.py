@@ -258,6 +258,18 @@ def run(args: argparse.Namespace) -> int:
               f"model {spec.settings.model_source}, sha256 {spec.settings.model_sha256[:16]}...",
               file=sys.stderr)
         if not plan.todo:
+            from cube.harness.run_spec import plan_jobs
+
+            if not plan_jobs(spec):  # a --shard K/N with no chunk: its run log line tells the merge K was run
+                from dataclasses import replace
+
+                from cube.harness.runner import IdleBackend
+
+                run_spec(IdleBackend(), spec, config.out, model_sha256=spec.settings.model_sha256, plan=plan,
+                         progress=False)
+                print(f"shard {config.shard[0]}/{config.shard[1]} holds none of the run's "
+                      f"{len(plan_jobs(replace(spec, shard=(0, 1))))} shards: nothing to score; logged for "
+                      "the merge", file=sys.stderr)
             print_scores(config.out, spec)
             finish(config.out, args.report)
             return 0

@@ -106,6 +106,17 @@ def iterate_jobs(backend: Backend, spec: RunSpec, out: Path, progress: bool = Tr
     bar.close()
 
 
+class IdleBackend:
+    """The backend of a ``--shard K/N`` that holds no chunk (N past the run's chunks): no model is
+    loaded and nothing is scored, but its run log line is written, so that ``cube merge`` finds
+    every K of N (it reported such a K missing)."""
+
+    def __init__(self) -> None:
+        from cube.harness.backends.base import ForwardCounter
+
+        self.counter = ForwardCounter()
+
+
 def run(backend: Backend, spec: RunSpec, out: Path, model_sha256: str | None = None, progress: bool = True,
         plan: ResumePlan | None = None) -> dict:
     """Run every pending shard, then append a run log entry (config hash, versions, wall time).

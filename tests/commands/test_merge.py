@@ -78,3 +78,23 @@ def test_issue45_a_duplicate_shard_or_two_shard_counts_are_refused_by_name(tmp_p
     out = capsys.readouterr().out.strip()
     assert out.startswith("cube: error: m1: shards of --shard K/N with different N (2, 3): ") and "\n" not in out
     assert not (tmp_path / "out").exists()
+
+
+def test_a_shard_that_holds_no_chunk_logs_its_run_so_the_merge_is_whole(tmp_path, capsys):
+    """--shard 2/3 of a run of two chunks has nothing to score; it wrote no run log, so merging the
+    three stores reported shard 2/3 missing. It now logs a line (no records, no model loaded)."""
+    import json
+
+    from cube.cli import main as cube
+
+    argv = ["run", "--model", "smollm2-135m-instruct", "--sample", "2", "--label-sets", "L1_halfwidth",
+            "--scorers", "M1-seq", "--shard-size", "1", "--dtype", "float32"]
+    for k in range(3):
+        assert cube([*argv, "--shard", f"{k}/3", "--out", str(tmp_path / f"s{k}")]) == 0
+    assert "shard 2/3 holds none of the run's 2 shards: nothing to score" in capsys.readouterr().err
+    logged = [json.loads(line) for line in (tmp_path / "s2" / "smollm2-135m-instruct" / "runlog.jsonl").read_text(
+        encoding="utf-8").splitlines()]
+    assert [(e["shard"], e["jobs_run"], e["records_written"], e["files"]) for e in logged] == [("2/3", 0, 0, [])]
+    assert main(["merge", str(tmp_path / "m"), *(str(tmp_path / f"s{k}") for k in range(3))]) == 0
+    assert cube([*argv, "--out", str(tmp_path / "whole")]) == 0
+    assert shard_bytes(tmp_path / "m") == shard_bytes(tmp_path / "whole")
