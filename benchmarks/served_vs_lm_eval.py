@@ -82,41 +82,15 @@ def cube_argv(bench, mode: str, items: int, seed: int, out: Path, data: str | No
     return shlex.split(config.command_line())[1:] + (["--data", data] if data else [])
 
 
-def cube_requests(spec, tokenizer) -> dict[str, dict[str, object]]:
-    """Every log-likelihood request cube's runner makes for ``spec``, by lm-eval task name
-    (``cube_<label set>_<shots>shot``, ``cube_cloze``) and item uid: the runner's own jobs, run
-    against a backend that only records what it is asked."""
-    import numpy as np
+def task_name(job) -> str:
+    """The lm-eval task a job's requests go to: ``cube_<label set>_<shots>shot``, ``cube_cloze``."""
+    return f"cube_{job.cell.label_set.name.lower()}_{job.cell.shots}shot" if job.kind == "label" else "cube_cloze"
 
-    from cube.harness.backends.base import Backend, ContinuationLogprobs, ForwardCounter, plan_request
-    from cube.harness.passes import SCORING_WORK
-    from cube.harness.run_spec import plan_jobs
 
-    found: dict[str, dict[str, object]] = {}
-
-    class Recorder(Backend):
-        def __init__(self) -> None:
-            self.tokenizer, self.counter, self.job = tokenizer, ForwardCounter(), None
-
-        def score(self, requests, batch_size=16):
-            job, out = self.job, []
-            task = (f"cube_{job.cell.label_set.name.lower()}_{job.cell.shots}shot" if job.kind == "label"
-                    else "cube_cloze")
-            for i, request in enumerate(requests):
-                found.setdefault(task, {})[job.items[i % len(job.items)].uid] = request
-                plan = plan_request(tokenizer, request)
-                out.append([ContinuationLogprobs(c.continuation_ids, np.zeros(len(c.continuation_ids)),
-                                                 c.boundary_merge) for c in plan.continuations])
-            return out
-
-        def generate(self, prompts, max_new_tokens, batch_size=8):
-            raise NotImplementedError("the benchmark scores log-likelihoods only")
-
-    recorder = Recorder()
-    for job in plan_jobs(spec):
-        recorder.job = job
-        recorder.score(SCORING_WORK[job.kind](spec, job).requests)
-    return found
+def cube_requests(bench, spec, tokenizer) -> dict[str, dict[str, object]]:
+    """Every log-likelihood request cube's runner makes for ``spec``, by lm-eval task name and item
+    uid (the in-process benchmark's recorder of the runner's own jobs, ``cube_workload``)."""
+    return bench.cube_workload(spec, tokenizer, key=task_name).requests
 
 
 def context_tasks(folder: Path, items, requests: dict[str, dict[str, object]]) -> list[str]:
@@ -286,7 +260,7 @@ def main() -> int:
             n_items = len(items)
             tasks_dir = scratch / f"tasks-{mode}"
             tasks_dir.mkdir()
-            requests = cube_requests(spec, tokenizer)
+            requests = cube_requests(bench, spec, tokenizer)
             tasks = context_tasks(tasks_dir, items, requests)
             problems = mismatches(requests, items, bench.lm_eval_requests(python, tasks_dir, tasks))
             if problems:

@@ -141,7 +141,7 @@ def cube_spec(config_or_argv: RunConfig | list[str]) -> RunSpec:
 class Workload:
     """The requests one ``cube run`` scores, keyed as records are: (scorer, label set) -> uid."""
 
-    requests: dict[tuple[str, str], dict[str, object]] = field(default_factory=dict)
+    requests: dict[object, dict[str, object]] = field(default_factory=dict)  # key(job) -> uid -> request
     plans_by_uid: dict[str, list] = field(default_factory=dict)
     minimum_tokens: int = 0  # per request (RequestPlan.minimum_tokens), what cube runs today
 
@@ -158,8 +158,14 @@ class Workload:
         return prefix_tree_minimum(p for plans in self.plans_by_uid.values() for p in plans)
 
 
-def cube_workload(spec, tokenizer) -> Workload:
-    """Every request cube's runner makes for ``spec``, planned, without a model.
+def record_key(job) -> tuple[str, str]:
+    """The (scorer, label set) a job's requests are keyed by, as records are."""
+    return ("M1-seq", job.cell.label_set.name) if job.kind == "label" else ("M2", "-")
+
+
+def cube_workload(spec, tokenizer, key=record_key) -> Workload:
+    """Every request cube's runner makes for ``spec``, planned, without a model, keyed by
+    ``key(job)`` (default: as records are).
 
     The runner's own job functions run against a backend that only records what it is asked, so
     the requests are the runner's, not a re-derivation of them.
@@ -176,13 +182,13 @@ def cube_workload(spec, tokenizer) -> Workload:
 
         def score(self, requests, batch_size=16):
             job, out = self.job, []
-            key = ("M1-seq", job.cell.label_set.name) if job.kind == "label" else ("M2", "-")
+            name = key(job)
             for i, request in enumerate(requests):
                 item = job.items[i % len(job.items)]
                 plan = plan_request(tokenizer, request)
                 work.minimum_tokens += plan.minimum_tokens
                 work.plans_by_uid.setdefault(item.uid, []).append(plan)
-                work.requests.setdefault(key, {})[item.uid] = request
+                work.requests.setdefault(name, {})[item.uid] = request
                 out.append([ContinuationLogprobs(c.continuation_ids, np.zeros(len(c.continuation_ids)),
                                                  c.boundary_merge) for c in plan.continuations])
             return out
