@@ -231,12 +231,17 @@ class FastPath:
         """``requests``' option token log-probabilities from one request per chunk of their nodes
         (sent in reverse order where asked: the probe's order check)."""
         nodes = nodes_of(requests)
-        nodes = nodes[::-1] if reverse else nodes
-        read = {}
-        for i in range(0, len(nodes), PROMPTS_PER_REQUEST):
-            chunk = nodes[i:i + PROMPTS_PER_REQUEST]
-            read.update({prompt: got for (prompt, _), got in zip(chunk, self._send(chunk))})
+        read = self._read_nodes(nodes[::-1] if reverse else nodes, self._send, workers=1)
         return [request.values(read) for request in requests]
+
+    @staticmethod
+    def _read_nodes(nodes, send, workers: int) -> dict[tuple[int, ...], dict[int, float]]:
+        """Each node's answer (prompt ids -> asked id -> log-probability), one ``send`` per chunk
+        of ``PROMPTS_PER_REQUEST`` nodes, ``workers`` chunks in flight."""
+        chunks = [nodes[i:i + PROMPTS_PER_REQUEST] for i in range(0, len(nodes), PROMPTS_PER_REQUEST)]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(send, chunks))
+        return {prompt: got for chunk, values in zip(chunks, results) for (prompt, _), got in zip(chunk, values)}
 
     def _warn(self, line: str) -> None:
         self.report.warnings.append(line)
@@ -303,9 +308,6 @@ class FastPath:
             self._probe(probe_requests(fast), requests)
         if self.state != "on":
             return {}
-        nodes = nodes_of(fast)
-        chunks = [nodes[i:i + PROMPTS_PER_REQUEST] for i in range(0, len(nodes), PROMPTS_PER_REQUEST)]
-
         def send(chunk) -> list[dict[int, float]]:
             try:
                 return self._send(chunk)
@@ -314,9 +316,7 @@ class FastPath:
                                   f"logprob_token_ids mid-run ({why}): run again; nothing of this shard was "
                                   "written") from None
 
-        with ThreadPoolExecutor(max_workers=self.backend.settings.concurrency) as pool:
-            results = list(pool.map(send, chunks))
-        read = {prompt: got for chunk, values in zip(chunks, results) for (prompt, _), got in zip(chunk, values)}
+        read = self._read_nodes(nodes_of(fast), send, workers=self.backend.settings.concurrency)
         out = {}
         for request in fast:
             out[request.index] = [ContinuationLogprobs(tokens, np.asarray(values, dtype=np.float64), merge)
